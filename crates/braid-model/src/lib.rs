@@ -1,1 +1,90 @@
-//! braid-model
+//! braid's model engine: everything that touches weights.
+//!
+//! It loads a llama-architecture GGUF, tokenizes and renders chat exactly as the model was
+//! trained, and runs one forward pass over a step that mixes prompt slices and decode tokens
+//! of many sequences, each attending only to its own blocks of a shared, preallocated KV pool.
+//! It knows nothing of requests, queues or HTTP: the scheduler decides what a step holds.
+
+pub mod attention;
+pub mod chat_template;
+pub mod config;
+pub mod error;
+pub mod generate;
+pub mod int8_matmul;
+pub mod kv_pool;
+pub mod model;
+pub mod rope;
+pub mod sampling;
+pub mod tiny_gguf;
+pub mod tokenizer;
+pub mod weights;
+
+pub use chat_template::{ChatMessage, ChatTemplate};
+pub use config::ModelConfig;
+pub use error::{ModelError, Result};
+pub use kv_pool::KvPool;
+pub use model::{BatchEntry, Model, Workspace};
+pub use sampling::{Sampled, Sampler, SamplingParams};
+pub use tokenizer::{IncrementalDecoder, Tokenizer};
+
+use candle_core::quantized::gguf_file::Content;
+use std::path::{Path, PathBuf};
+
+/// Where scripts/fetch-model.sh puts the default model.
+pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// A model ready to serve: weights, tokenizer and chat template from one GGUF.
+pub struct LoadedModel {
+    pub path: PathBuf,
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub chat_template: ChatTemplate,
+}
+
+impl LoadedModel {
+    pub fn load(path: &Path) -> Result<Self> {
+        if !path.exists() {
+            return Err(ModelError::FileMissing { path: path.to_path_buf() });
+        }
+        let ct = read_content(path)?;
+        let config = ModelConfig::from_gguf(&ct, path)?;
+        let tokenizer = Tokenizer::from_gguf(&ct)?;
+        if tokenizer.vocab_size() != config.vocab_size {
+            return Err(ModelError::Unsupported {
+                path: path.to_path_buf(),
+                reason: format!("tokenizer has {} tokens, model {}", tokenizer.vocab_size(), config.vocab_size),
+            });
+        }
+        let special = |key: &str| {
+            ct.metadata
+                .get(key)
+                .and_then(|v| v.to_u32().ok())
+                .map(|id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
+                .unwrap_or_default()
+        };
+        let chat_template = ChatTemplate::new(
+            ct.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).map(String::as_str),
+            special("tokenizer.ggml.bos_token_id"),
+            special("tokenizer.ggml.eos_token_id"),
+        )?;
+        let weights = weights::load(&ct, path, &config)?;
+        Ok(Self { path: path.to_path_buf(), model: Model::new(config, weights), tokenizer, chat_template })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.model.config
+    }
+}
+
+fn read_content(path: &Path) -> Result<Content> {
+    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let mut magic = [0u8; 4];
+    use std::io::Read;
+    if file.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
+        return Err(ModelError::Corrupt { path: path.to_path_buf(), reason: "it does not start with the GGUF magic".into() });
+    }
+    let mut reader = std::io::BufReader::new(file);
+    use std::io::Seek;
+    reader.seek(std::io::SeekFrom::Start(0)).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    Content::read(&mut reader).map_err(|e| ModelError::Corrupt { path: path.to_path_buf(), reason: e.to_string() })
+}

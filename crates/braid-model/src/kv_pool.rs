@@ -1,0 +1,71 @@
+//! The KV cache as one preallocated pool of fixed-size blocks.
+//!
+//! Which block belongs to which sequence is decided by the scheduler (braid-sched's block
+//! allocator); this pool only stores the numbers. Preallocating means a full server never
+//! allocates on the hot path and never runs out of memory mid-step: it runs out of blocks,
+//! which the scheduler handles by preemption.
+//!
+//! Layout `[layer][block][kv_head][slot][head_dim]`: attention reads, for one head, a block's
+//! keys as one contiguous run.
+
+use crate::config::ModelConfig;
+
+pub struct KvPool {
+    block_size: usize,
+    num_blocks: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl KvPool {
+    pub fn new(cfg: &ModelConfig, block_size: usize, num_blocks: usize) -> Self {
+        let len = cfg.num_layers * num_blocks * cfg.num_kv_heads * block_size * cfg.head_dim;
+        Self {
+            block_size,
+            num_blocks,
+            kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            k: vec![0.0; len],
+            v: vec![0.0; len],
+        }
+    }
+
+    /// How many blocks of `block_size` tokens fit in `megabytes` for this model.
+    pub fn blocks_for_budget(cfg: &ModelConfig, block_size: usize, megabytes: usize) -> usize {
+        let bytes_per_block = cfg.kv_floats_per_token() * block_size * std::mem::size_of::<f32>();
+        (megabytes * 1024 * 1024) / bytes_per_block
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+
+    fn offset(&self, layer: usize, block: usize, head: usize) -> usize {
+        ((layer * self.num_blocks + block) * self.kv_heads + head) * self.block_size * self.head_dim
+    }
+
+    /// Stores one token's keys and values (all KV heads, `kv_heads * head_dim` each) at `pos`.
+    pub fn write(&mut self, layer: usize, block_table: &[u32], pos: usize, k: &[f32], v: &[f32]) {
+        let block = block_table[pos / self.block_size] as usize;
+        let slot = pos % self.block_size;
+        let d = self.head_dim;
+        for h in 0..self.kv_heads {
+            let at = self.offset(layer, block, h) + slot * d;
+            self.k[at..at + d].copy_from_slice(&k[h * d..(h + 1) * d]);
+            self.v[at..at + d].copy_from_slice(&v[h * d..(h + 1) * d]);
+        }
+    }
+
+    /// Keys and values of one head in one block: `block_size * head_dim` floats each.
+    pub fn block(&self, layer: usize, block: u32, head: usize) -> (&[f32], &[f32]) {
+        let at = self.offset(layer, block as usize, head);
+        let len = self.block_size * self.head_dim;
+        (&self.k[at..at + len], &self.v[at..at + len])
+    }
+}

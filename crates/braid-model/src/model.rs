@@ -1,0 +1,219 @@
+//! One forward pass over a whole engine step.
+//!
+//! A step mixes prompt slices of some sequences with single decode tokens of others. All their
+//! rows are concatenated into one `[tokens, hidden]` matrix so every linear layer reads its
+//! weights once for everybody (decode is memory-bound: that is where batching pays); attention
+//! is the only part that runs per sequence, against that sequence's blocks in the KV pool.
+//! Logits are computed only for the rows that will be sampled: the output layer is the
+//! largest matrix of a small model, and a prompt slice needs only its last row, if any.
+
+use crate::attention::{attend_head, HeadTask};
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::int8_matmul::{matmul, QuantizedRows};
+use crate::kv_pool::KvPool;
+use crate::rope::Rope;
+use crate::weights::Weights;
+use rayon::prelude::*;
+
+pub struct Model {
+    pub config: ModelConfig,
+    pub weights: Weights,
+    rope: Rope,
+}
+
+/// One sequence's share of a step: `tokens` go to positions `start..start + tokens.len()`.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchEntry<'a> {
+    pub tokens: &'a [u32],
+    pub start: usize,
+    pub block_table: &'a [u32],
+    /// Whether the last row's logits are wanted.
+    pub sample: bool,
+}
+
+/// Buffers reused from step to step, so the hot path does not allocate once warmed up.
+#[derive(Default)]
+pub struct Workspace {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    qkv: Vec<f32>,
+    attn: Vec<f32>,
+    gate_up: Vec<f32>,
+    act: Vec<f32>,
+    proj: Vec<f32>,
+    quant: QuantizedRows,
+    last: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+struct SendPtr(*mut f32);
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+
+impl Model {
+    pub fn new(config: ModelConfig, weights: Weights) -> Self {
+        let rope = Rope::new(config.head_dim, config.context_length, config.rope_base);
+        Self { config, weights, rope }
+    }
+
+    fn check(&self, batch: &[BatchEntry], kv: &KvPool) -> Result<()> {
+        for (i, e) in batch.iter().enumerate() {
+            let end = e.start + e.tokens.len();
+            if e.tokens.is_empty() {
+                return Err(ModelError::InvalidBatch(format!("entry {i} has no tokens")));
+            }
+            if end > self.config.context_length {
+                return Err(ModelError::ContextOverflow { len: end, max: self.config.context_length });
+            }
+            if e.block_table.len() * kv.block_size() < end {
+                return Err(ModelError::InvalidBatch(format!(
+                    "entry {i}: {} blocks cannot hold {end} positions",
+                    e.block_table.len()
+                )));
+            }
+            if let Some(&b) = e.block_table.iter().find(|&&b| b as usize >= kv.num_blocks()) {
+                return Err(ModelError::InvalidBatch(format!("entry {i}: block {b} is outside the pool")));
+            }
+            if let Some(&t) = e.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+                return Err(ModelError::InvalidBatch(format!("entry {i}: token id {t} is outside the vocabulary")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the step and returns the logits of the sampled entries, in batch order,
+    /// `vocab_size` floats each.
+    pub fn forward<'w>(&self, batch: &[BatchEntry], kv: &mut KvPool, ws: &'w mut Workspace) -> Result<&'w [f32]> {
+        self.check(batch, kv)?;
+        let c = &self.config;
+        let (h, f, d) = (c.hidden, c.ffn, c.head_dim);
+        let kv_w = c.num_kv_heads * d;
+        let qkv_w = h + 2 * kv_w;
+        let t: usize = batch.iter().map(|e| e.tokens.len()).sum();
+
+        ws.x.resize(t * h, 0.0);
+        ws.h.resize(t * h, 0.0);
+        ws.qkv.resize(t * qkv_w, 0.0);
+        ws.attn.resize(t * h, 0.0);
+        ws.gate_up.resize(t * 2 * f, 0.0);
+        ws.act.resize(t * f, 0.0);
+        ws.proj.resize(t * h, 0.0);
+
+        for (row, &tok) in batch.iter().flat_map(|e| e.tokens).enumerate() {
+            self.weights.embedding.dequantize_row(tok as usize, &mut ws.x[row * h..(row + 1) * h]);
+        }
+
+        for (li, layer) in self.weights.layers.iter().enumerate() {
+            rms_norm_rows(&ws.x, &layer.attn_norm, c.rms_eps, &mut ws.h);
+            ws.quant.quantize(&ws.h, t, h);
+            matmul(&ws.quant, &layer.qkv, &mut ws.qkv);
+
+            let mut row = 0;
+            for e in batch {
+                for (i, _) in e.tokens.iter().enumerate() {
+                    let pos = e.start + i;
+                    let r = &mut ws.qkv[(row + i) * qkv_w..(row + i + 1) * qkv_w];
+                    let (q, rest) = r.split_at_mut(h);
+                    self.rope.apply(q, pos);
+                    let (k, v) = rest.split_at_mut(kv_w);
+                    self.rope.apply(k, pos);
+                    kv.write(li, e.block_table, pos, k, v);
+                }
+                row += e.tokens.len();
+            }
+
+            self.attention(batch, li, kv, ws, qkv_w);
+
+            ws.quant.quantize(&ws.attn, t, h);
+            matmul(&ws.quant, &layer.attn_out, &mut ws.proj);
+            add_in_place(&mut ws.x, &ws.proj);
+
+            rms_norm_rows(&ws.x, &layer.ffn_norm, c.rms_eps, &mut ws.h);
+            ws.quant.quantize(&ws.h, t, h);
+            matmul(&ws.quant, &layer.gate_up, &mut ws.gate_up);
+            for (r, act) in ws.act.chunks_exact_mut(f).enumerate() {
+                let (gate, up) = ws.gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
+                for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                    *a = g / (1.0 + (-g).exp()) * u;
+                }
+            }
+            ws.quant.quantize(&ws.act, t, f);
+            matmul(&ws.quant, &layer.down, &mut ws.proj);
+            add_in_place(&mut ws.x, &ws.proj);
+        }
+
+        let mut last_rows = Vec::new();
+        let mut row = 0;
+        for e in batch {
+            row += e.tokens.len();
+            if e.sample {
+                last_rows.push(row - 1);
+            }
+        }
+        let s = last_rows.len();
+        ws.last.resize(s * h, 0.0);
+        for (i, &r) in last_rows.iter().enumerate() {
+            ws.last[i * h..(i + 1) * h].copy_from_slice(&ws.x[r * h..(r + 1) * h]);
+        }
+        let normed: Vec<f32> = {
+            let mut out = vec![0.0; s * h];
+            rms_norm_rows(&ws.last, &self.weights.output_norm, c.rms_eps, &mut out);
+            out
+        };
+        ws.logits.resize(s * c.vocab_size, 0.0);
+        ws.quant.quantize(&normed, s, h);
+        matmul(&ws.quant, self.weights.output(), &mut ws.logits);
+        Ok(&ws.logits[..s * c.vocab_size])
+    }
+
+    fn attention(&self, batch: &[BatchEntry], layer: usize, kv: &KvPool, ws: &mut Workspace, qkv_w: usize) {
+        let c = &self.config;
+        let (h, d) = (c.hidden, c.head_dim);
+        let group = c.num_heads / c.num_kv_heads;
+        let mut tasks = Vec::with_capacity(batch.len() * c.num_heads);
+        let mut row = 0;
+        for e in batch {
+            for head in 0..c.num_heads {
+                tasks.push((
+                    row,
+                    HeadTask { layer, block_table: e.block_table, start: e.start, rows: e.tokens.len(), head, kv_head: head / group },
+                ));
+            }
+            row += e.tokens.len();
+        }
+        let qkv = SendPtr(ws.qkv.as_mut_ptr());
+        let out = SendPtr(ws.attn.as_mut_ptr());
+        // Large prompt slices first, so the two cores finish together.
+        tasks.sort_by_key(|(_, t)| std::cmp::Reverse(t.rows * (t.start + t.rows)));
+        tasks.par_iter().for_each_init(Vec::new, |scores, (row0, task)| {
+            let (qkv, out) = (&qkv, &out);
+            // SAFETY: each task reads its own query rows and writes its own (rows, head) slots.
+            attend_head(
+                kv,
+                task,
+                d,
+                scores,
+                |i| unsafe { qkv.0.add((row0 + i) * qkv_w + task.head * d) as *const f32 },
+                |i| unsafe { out.0.add((row0 + i) * h + task.head * d) },
+            );
+        });
+    }
+}
+
+fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let h = weight.len();
+    for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, v), w) in or.iter_mut().zip(xr).zip(weight) {
+            *o = v * inv * w;
+        }
+    }
+}
+
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
