@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod chat_template;
 pub mod config;
+pub mod engine_bench;
 pub mod error;
 pub mod generate;
 pub mod int8_matmul;

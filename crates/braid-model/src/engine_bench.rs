@@ -1,0 +1,101 @@
+//! The engine alone, without HTTP or scheduler: prefill speed for one long prompt and decode
+//! speed for N sequences stepping together. Shared by `braid bench-engine` and `cargo bench`.
+
+use crate::kv_pool::KvPool;
+use crate::model::{BatchEntry, Workspace};
+use crate::LoadedModel;
+use std::time::Instant;
+
+pub struct EngineBenchOptions {
+    pub prompt_tokens: usize,
+    pub batch_sizes: Vec<usize>,
+    pub context: usize,
+    pub decode_steps: usize,
+    pub repeats: usize,
+}
+
+impl Default for EngineBenchOptions {
+    fn default() -> Self {
+        Self { prompt_tokens: 512, batch_sizes: vec![1, 4, 16, 32], context: 128, decode_steps: 32, repeats: 3 }
+    }
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct EngineBenchReport {
+    pub kernel: &'static str,
+    pub threads: usize,
+    pub weight_bytes: usize,
+    pub prefill_tokens_per_sec: f64,
+    /// (sequences, aggregate tokens/s, step time median ms)
+    pub decode: Vec<(usize, f64, f64)>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBenchReport> {
+    let cfg = m.config();
+    let bs = 16;
+    let vocab = cfg.vocab_size as u32;
+    let token = |i: usize| 1000 + (i as u32 * 7919) % (vocab - 2000);
+    let mut ws = Workspace::default();
+
+    let prompt: Vec<u32> = (0..opts.prompt_tokens).map(token).collect();
+    let blocks = opts.prompt_tokens.div_ceil(bs);
+    let mut kv = KvPool::new(cfg, bs, blocks);
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let mut prefill = Vec::new();
+    for _ in 0..opts.repeats.max(1) {
+        let t = Instant::now();
+        m.model.forward(&[BatchEntry { tokens: &prompt, start: 0, block_table: &table, sample: true }], &mut kv, &mut ws)?;
+        prefill.push(opts.prompt_tokens as f64 / t.elapsed().as_secs_f64());
+    }
+
+    let mut decode = Vec::new();
+    for &n in &opts.batch_sizes {
+        let per = (opts.context + opts.decode_steps).div_ceil(bs);
+        let mut kv = KvPool::new(cfg, bs, per * n);
+        let tables: Vec<Vec<u32>> = (0..n).map(|s| (0..per as u32).map(|b| (s * per) as u32 + b).collect()).collect();
+        let ctx: Vec<u32> = (0..opts.context).map(token).collect();
+        for tbl in &tables {
+            m.model.forward(&[BatchEntry { tokens: &ctx, start: 0, block_table: tbl, sample: false }], &mut kv, &mut ws)?;
+        }
+        let toks: Vec<u32> = (0..n).map(token).collect();
+        let mut steps = Vec::new();
+        let mut rates = Vec::new();
+        let t0 = Instant::now();
+        for step in 0..opts.decode_steps {
+            let entries: Vec<BatchEntry> = (0..n)
+                .map(|s| BatchEntry { tokens: &toks[s..s + 1], start: opts.context + step, block_table: &tables[s], sample: true })
+                .collect();
+            let t = Instant::now();
+            m.model.forward(&entries, &mut kv, &mut ws)?;
+            let dt = t.elapsed().as_secs_f64();
+            steps.push(dt * 1e3);
+            rates.push(n as f64 / dt);
+        }
+        let wall = t0.elapsed().as_secs_f64();
+        decode.push(((n), (n * opts.decode_steps) as f64 / wall, median(steps)));
+        let _ = rates;
+    }
+    Ok(EngineBenchReport {
+        kernel: crate::int8_matmul::kernel_name(),
+        threads: rayon::current_num_threads(),
+        weight_bytes: m.model.weights.size_in_bytes(),
+        prefill_tokens_per_sec: median(prefill),
+        decode,
+    })
+}
+
+impl std::fmt::Display for EngineBenchReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        writeln!(f, "kernel {} · {} threads · {:.1} MB of packed weights", self.kernel, self.threads, self.weight_bytes as f64 / 1e6)?;
+        writeln!(f, "prefill (one prompt)        {:8.1} tokens/s", self.prefill_tokens_per_sec)?;
+        for (n, rate, step) in &self.decode {
+            writeln!(f, "decode {n:>2} sequences        {rate:8.1} tokens/s   step p50 {step:6.2} ms")?;
+        }
+        Ok(())
+    }
+}
