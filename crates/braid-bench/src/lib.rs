@@ -1,1 +1,69 @@
-//! braid-bench
+//! braid-bench: a serving benchmark for any OpenAI-compatible `/v1/completions` server.
+//!
+//! It exists so that braid's claim — long prompts need not stall running streams — is
+//! measured the same way on braid and on the servers it is compared with (llama.cpp's
+//! llama-server, vLLM). It depends on nothing of braid's but the API's JSON shape, and
+//! uses the measures of DESIGN.md ("Measures") by name and definition: TTFT, ITL, TPOT,
+//! stall, throughput, goodput.
+//!
+//! The main binary exposes it as `braid bench <scaling|interference|poisson|compare>`:
+//! flatten [`BenchArgs`] into a subcommand and call [`run`].
+
+pub mod args;
+pub mod chart;
+pub mod client;
+pub mod compare;
+#[cfg(test)]
+mod fixtures;
+pub mod progress;
+pub mod prompts;
+pub mod record;
+pub mod report;
+pub mod scenario;
+pub mod stats;
+pub mod svg;
+
+pub use args::{BenchArgs, Scenario};
+pub use report::Report;
+
+/// Runs `braid bench ...`: a load scenario (prints the summary table to stdout, writes
+/// `<scenario>.json` and `<scenario>.svg` under `--out`), or `compare`.
+///
+/// Failed requests are results, not errors; the run fails only on bad arguments, an
+/// unwritable `--out`, or when not a single request succeeded.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let common = match &args.scenario {
+        Scenario::Compare(c) => return compare::run(c),
+        Scenario::Scaling(a) => &a.common,
+        Scenario::Interference(a) => &a.common,
+        Scenario::Poisson(a) => &a.common,
+    };
+    let report = scenario::execute(&args.scenario).await?;
+    println!("{}", report::summary_table(&report));
+    match &common.out {
+        Some(dir) => {
+            let (json, svg) = report::write_outputs(&report, dir)?;
+            eprintln!(
+                "braid-bench: wrote {} and {}",
+                json.display(),
+                svg.display()
+            );
+        }
+        None => eprintln!("braid-bench: pass --out DIR to keep the JSON report and the chart"),
+    }
+    if report.overall.requests > 0 && report.overall.succeeded == 0 {
+        let fails: Vec<String> = report
+            .overall
+            .failures
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        let first = report.requests.iter().find_map(|r| r.error.clone());
+        anyhow::bail!(
+            "no request succeeded ({}); first error: {}",
+            fails.join(", "),
+            first.unwrap_or_default()
+        );
+    }
+    Ok(())
+}

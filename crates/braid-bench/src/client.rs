@@ -1,0 +1,385 @@
+//! One streaming completion, timed chunk by chunk.
+//!
+//! The client is the only place that reads a clock during a request, and it reads it at
+//! the moment bytes arrive: a token's time is when the client could have shown it, which
+//! is what TTFT and ITL are about. Everything that can go wrong — a refused connection,
+//! a non-2xx answer, a stream that stops before `data: [DONE]`, the run's deadline — ends
+//! as a record with an outcome rather than an error, because failures are data in a
+//! load test.
+//!
+//! A chunk counts as a token when it has a choice whose text is non-empty, or whose
+//! `finish_reason` is not yet set (a token that decoded to no printable text yet). An
+//! empty choice that only carries a `finish_reason`, and a usage-only chunk, are not
+//! tokens.
+
+use crate::prompts::Prompt;
+use crate::record::{Outcome, RequestRecord};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::time::{timeout_at, Instant};
+
+/// A connection to one OpenAI-compatible server.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    api_key: Option<String>,
+}
+
+/// How one request went, with times as seconds since it was sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub sent: Instant,
+    pub token_times_s: Vec<f64>,
+    pub end_s: f64,
+    pub usage_completion_tokens: Option<u64>,
+    pub usage_prompt_tokens: Option<u64>,
+    pub status: Option<u16>,
+    pub outcome: Outcome,
+    pub error: Option<String>,
+}
+
+impl Trace {
+    /// The record of this trace within a run that started at `t0`.
+    pub fn into_record(
+        self,
+        id: usize,
+        group: &str,
+        prompt_tokens: usize,
+        max_tokens: usize,
+        t0: Instant,
+    ) -> RequestRecord {
+        RequestRecord {
+            id,
+            group: group.to_string(),
+            prompt_tokens,
+            max_tokens,
+            sent_s: self.sent.saturating_duration_since(t0).as_secs_f64(),
+            token_times_s: self.token_times_s,
+            end_s: self.end_s,
+            usage_completion_tokens: self.usage_completion_tokens,
+            usage_prompt_tokens: self.usage_prompt_tokens,
+            status: self.status,
+            outcome: self.outcome,
+            error: self.error,
+        }
+    }
+}
+
+impl Client {
+    pub fn new(base_url: &str, api_key: Option<String>) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Client {
+            http,
+            base: base_url.trim_end_matches('/').to_string(),
+            api_key,
+        })
+    }
+
+    /// `path` under the server's `/v1`, whether or not the base URL already ends in it.
+    pub fn endpoint(&self, path: &str) -> String {
+        if self.base.ends_with("/v1") {
+            format!("{}/{path}", self.base)
+        } else {
+            format!("{}/v1/{path}", self.base)
+        }
+    }
+
+    fn authorized(&self, rb: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.api_key {
+            Some(k) => rb.bearer_auth(k),
+            None => rb,
+        }
+    }
+
+    /// The first model id the server lists, if it lists any.
+    pub async fn first_model(&self) -> Option<String> {
+        let rb = self.authorized(self.http.get(self.endpoint("models")));
+        let resp = rb.timeout(Duration::from_secs(10)).send().await.ok()?;
+        let v: Value = resp.error_for_status().ok()?.json().await.ok()?;
+        v["data"][0]["id"].as_str().map(str::to_string)
+    }
+
+    /// The model to ask for: the one given, else the server's first, else "default".
+    pub async fn resolve_model(&self, explicit: Option<&str>) -> String {
+        match explicit {
+            Some(m) => m.to_string(),
+            None => self
+                .first_model()
+                .await
+                .unwrap_or_else(|| "default".to_string()),
+        }
+    }
+
+    /// Sends one streaming completion and times it; never waits past `deadline`.
+    pub async fn complete(
+        &self,
+        model: &str,
+        prompt: &Prompt,
+        max_tokens: usize,
+        deadline: Instant,
+    ) -> Trace {
+        let body = request_body(model, prompt, max_tokens);
+        let rb = self.authorized(self.http.post(self.endpoint("completions")).json(&body));
+        let sent = Instant::now();
+        let mut t = Trace {
+            sent,
+            token_times_s: vec![],
+            end_s: 0.0,
+            usage_completion_tokens: None,
+            usage_prompt_tokens: None,
+            status: None,
+            outcome: Outcome::Ok,
+            error: None,
+        };
+        let since = |sent: Instant| Instant::now().saturating_duration_since(sent).as_secs_f64();
+        let resp = match timeout_at(deadline, rb.send()).await {
+            Err(_) => {
+                return t.fail(
+                    Outcome::Deadline,
+                    "deadline reached before a response",
+                    since(sent),
+                )
+            }
+            Ok(Err(e)) => return t.fail(Outcome::Transport, &error_chain(&e), since(sent)),
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status();
+        t.status = Some(status.as_u16());
+        if !status.is_success() {
+            let text_deadline = deadline.min(Instant::now() + Duration::from_secs(5));
+            let text = timeout_at(text_deadline, resp.text()).await;
+            let msg = match text {
+                Ok(Ok(s)) if !s.is_empty() => truncate(&s, 300),
+                _ => status.to_string(),
+            };
+            return t.fail(Outcome::HttpError, &msg, since(sent));
+        }
+        let mut stream = resp.bytes_stream();
+        let mut parser = SseParser::default();
+        loop {
+            let next = match timeout_at(deadline, stream.next()).await {
+                Err(_) => {
+                    return t.fail(
+                        Outcome::Deadline,
+                        "deadline reached mid-stream",
+                        since(sent),
+                    )
+                }
+                Ok(n) => n,
+            };
+            let now = since(sent);
+            let bytes = match next {
+                None => return t.fail(Outcome::Incomplete, "stream ended without [DONE]", now),
+                Some(Err(e)) => return t.fail(Outcome::Incomplete, &error_chain(&e), now),
+                Some(Ok(b)) => b,
+            };
+            for event in parser.push(&bytes) {
+                let data = match event {
+                    SseEvent::Done => {
+                        t.end_s = now;
+                        // Read the body to its end (briefly) so the connection goes back
+                        // to the pool and the next request does not pay for a new one.
+                        let drain = deadline.min(Instant::now() + Duration::from_millis(200));
+                        let _ = timeout_at(drain, async { while stream.next().await.is_some() {} })
+                            .await;
+                        return t;
+                    }
+                    SseEvent::Data(d) => d,
+                };
+                let chunk = match serde_json::from_str::<Value>(&data) {
+                    Ok(v) => Chunk::from_json(&v),
+                    Err(_) => {
+                        let msg = format!("malformed chunk: {}", truncate(&data, 200));
+                        return t.fail(Outcome::Incomplete, &msg, now);
+                    }
+                };
+                if let Some(err) = chunk.error {
+                    return t.fail(Outcome::Incomplete, &err, now);
+                }
+                if chunk.token {
+                    t.token_times_s.push(now);
+                }
+                if chunk.completion_tokens.is_some() {
+                    t.usage_completion_tokens = chunk.completion_tokens;
+                    t.usage_prompt_tokens = chunk.prompt_tokens;
+                }
+            }
+        }
+    }
+}
+
+impl Trace {
+    fn fail(mut self, outcome: Outcome, msg: &str, end_s: f64) -> Trace {
+        self.outcome = outcome;
+        self.error = Some(msg.to_string());
+        self.end_s = end_s;
+        self
+    }
+}
+
+/// The JSON body of every benchmark request: streamed, greedy, exactly `max_tokens` long.
+pub fn request_body(model: &str, prompt: &Prompt, max_tokens: usize) -> Value {
+    json!({
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "ignore_eos": true,
+        "temperature": 0,
+        "stream_options": {"include_usage": true},
+    })
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+fn truncate(s: &str, max_chars: usize) -> String {
+    let s = s.trim();
+    match s.char_indices().nth(max_chars) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// An event of an OpenAI-style SSE stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SseEvent {
+    Data(String),
+    Done,
+}
+
+/// Splits a byte stream into `data:` lines; tolerates `\r\n`, comments, other fields,
+/// and lines cut across network reads.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    buf: Vec<u8>,
+}
+
+impl SseParser {
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        self.buf.extend_from_slice(bytes);
+        let mut events = vec![];
+        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if let Some(payload) = line.strip_prefix("data:") {
+                let payload = payload.trim();
+                if payload == "[DONE]" {
+                    events.push(SseEvent::Done);
+                } else if !payload.is_empty() {
+                    events.push(SseEvent::Data(payload.to_string()));
+                }
+            }
+        }
+        events
+    }
+}
+
+/// What one JSON chunk of a completion stream says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chunk {
+    pub token: bool,
+    pub completion_tokens: Option<u64>,
+    pub prompt_tokens: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl Chunk {
+    pub fn from_json(v: &Value) -> Chunk {
+        let error = v.get("error").filter(|e| !e.is_null()).map(|e| {
+            e.get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| e.to_string())
+        });
+        let token = match v["choices"].get(0) {
+            Some(c) => {
+                let text = c["text"]
+                    .as_str()
+                    .or_else(|| c["delta"]["content"].as_str())
+                    .unwrap_or("");
+                !text.is_empty() || c["finish_reason"].is_null()
+            }
+            None => false,
+        };
+        Chunk {
+            token,
+            completion_tokens: v["usage"]["completion_tokens"].as_u64(),
+            prompt_tokens: v["usage"]["prompt_tokens"].as_u64(),
+            error,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_lines_split_across_reads() {
+        let mut p = SseParser::default();
+        assert!(p.push(b"data: {\"a\"").is_empty());
+        let ev = p.push(b":1}\r\n\r\n: keep-alive\nevent: x\ndata: [DONE]\n\n");
+        assert_eq!(ev, vec![SseEvent::Data("{\"a\":1}".into()), SseEvent::Done]);
+        assert_eq!(p.push(b"data:{}\n"), vec![SseEvent::Data("{}".into())]);
+    }
+
+    #[test]
+    fn token_usage_and_error_chunks() {
+        let c = |s: &str| Chunk::from_json(&serde_json::from_str(s).unwrap());
+        assert!(c(r#"{"choices":[{"text":"hi","finish_reason":null}]}"#).token);
+        // Last token and finish reason in one chunk (vLLM).
+        assert!(c(r#"{"choices":[{"text":"x","finish_reason":"length"}]}"#).token);
+        // Empty text, no finish reason yet: a token still held back by the detokenizer.
+        assert!(c(r#"{"choices":[{"text":""}]}"#).token);
+        // Closing marker (llama-server), usage-only chunk (vLLM): not tokens.
+        assert!(!c(r#"{"choices":[{"text":"","finish_reason":"length"}]}"#).token);
+        let u = c(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9}}"#);
+        assert_eq!(
+            (u.token, u.completion_tokens, u.prompt_tokens),
+            (false, Some(9), Some(5))
+        );
+        assert_eq!(
+            c(r#"{"choices":[{"text":"a"}],"usage":null}"#).completion_tokens,
+            None
+        );
+        let e = c(r#"{"error":{"message":"boom","type":"x"}}"#);
+        assert_eq!(e.error.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn body_asks_for_a_greedy_stream_of_fixed_length() {
+        let b = request_body("m", &Prompt::Tokens(vec![5, 6]), 7);
+        assert_eq!(b["prompt"], json!([5, 6]));
+        assert_eq!(b["max_tokens"], 7);
+        assert_eq!(b["stream"], true);
+        assert_eq!(b["ignore_eos"], true);
+        assert_eq!(b["temperature"], 0);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn endpoint_accepts_base_with_or_without_v1() {
+        let c = Client::new("http://127.0.0.1:1/", None).unwrap();
+        assert_eq!(
+            c.endpoint("completions"),
+            "http://127.0.0.1:1/v1/completions"
+        );
+        let c = Client::new("http://127.0.0.1:1/v1", None).unwrap();
+        assert_eq!(c.endpoint("models"), "http://127.0.0.1:1/v1/models");
+    }
+}

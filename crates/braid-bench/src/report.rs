@@ -1,0 +1,287 @@
+//! The saved result of one run, and its human-readable summary.
+//!
+//! The JSON is the durable artefact: it holds the parameters, the label of the system
+//! under test and every raw request record, so that `compare` (and anyone with a script)
+//! can put two systems side by side later. The table printed to stdout is derived from
+//! it and carries no information the JSON lacks.
+
+use crate::record::RequestRecord;
+use crate::stats::{Aggregate, Slo, Summary};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Bumped when a field changes meaning.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    /// `braid-bench <version>`.
+    pub tool: String,
+    pub scenario: String,
+    pub label: Option<String>,
+    pub url: String,
+    pub model: String,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub started_at_unix_s: f64,
+    /// Every option of the run, as parsed (the API key excluded).
+    pub params: serde_json::Value,
+    pub stall_ms: f64,
+    pub slo: Slo,
+    /// From the first request of the run to the end of the last.
+    pub wall_time_s: f64,
+    pub overall: Aggregate,
+    /// Parts of the run reported on their own: one per concurrency level (scaling),
+    /// decoders and long prompts (interference), one per prompt length (poisson).
+    pub groups: Vec<Group>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<InterferenceDetail>,
+    /// Requests the scenario meant to send.
+    pub planned_requests: usize,
+    /// `--max-duration-secs` cut the run short: fewer requests were sent than planned,
+    /// or some were still open at the deadline.
+    pub deadline_reached: bool,
+    /// Raw records, ordered by id.
+    #[serde(default)]
+    pub requests: Vec<RequestRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<usize>,
+    pub aggregate: Aggregate,
+}
+
+impl Report {
+    pub fn group(&self, name: &str) -> Option<&Group> {
+        self.groups.iter().find(|g| g.name == name)
+    }
+}
+
+/// What each long prompt of the interference scenario did to the decoders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InterferenceDetail {
+    pub long_prompts: Vec<LongPromptImpact>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LongPromptImpact {
+    pub id: usize,
+    /// Seconds since the start of the run.
+    pub arrival_s: f64,
+    pub first_token_s: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    /// Longest decoder ITL overlapping the window from arrival to first token (or end).
+    pub decoder_worst_gap_ms: Option<f64>,
+    /// Decoder stalls overlapping that window.
+    pub decoder_stalls: usize,
+}
+
+/// Time since the Unix epoch, and the same instant as RFC 3339 UTC.
+pub fn now_utc() -> (f64, String) {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs_f64(), rfc3339(d.as_secs()))
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` of a Unix time (civil-from-days, proleptic Gregorian).
+pub fn rfc3339(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let secs = unix_s % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// Writes `<scenario>.json` and `<scenario>.svg` into `dir`, creating it.
+pub fn write_outputs(report: &Report, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    let json = dir.join(format!("{}.json", report.scenario));
+    let svg = dir.join(format!("{}.svg", report.scenario));
+    std::fs::write(&json, serde_json::to_vec_pretty(report)?)?;
+    std::fs::write(&svg, crate::chart::render(report))?;
+    Ok((json, svg))
+}
+
+pub fn read(path: &Path) -> anyhow::Result<Report> {
+    let bytes =
+        std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| anyhow::anyhow!("{} is not a braid-bench report: {e}", path.display()))
+}
+
+fn ms(s: Option<Summary>, f: fn(&Summary) -> f64) -> String {
+    s.map(|s| format!("{:.1}", f(&s)))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The table printed after a run: one row per group, then the whole run.
+pub fn summary_table(r: &Report) -> String {
+    let mut out = String::new();
+    let label = r.label.as_deref().unwrap_or("(no label)");
+    let _ = writeln!(
+        out,
+        "braid-bench {} — {label} — {} model {} — started {} — {:.1} s",
+        r.scenario, r.url, r.model, r.started_at, r.wall_time_s
+    );
+    let slo = match (r.slo.ttft_ms, r.slo.itl_p99_ms) {
+        (None, None) => "none (goodput = successful requests/s)".to_string(),
+        (t, i) => format!(
+            "TTFT ≤ {} ms, ITL p99 ≤ {} ms",
+            t.map_or("-".into(), |v| v.to_string()),
+            i.map_or("-".into(), |v| v.to_string())
+        ),
+    };
+    let _ = writeln!(
+        out,
+        "stall = ITL > {} ms; SLO: {slo}; times in ms",
+        r.stall_ms
+    );
+    let head = [
+        "group",
+        "ok/sent",
+        "failed",
+        "tok/s",
+        "goodput/s",
+        "TTFT p50",
+        "TTFT p90",
+        "TTFT p99",
+        "TTFT max",
+        "ITL p50",
+        "ITL p90",
+        "ITL p99",
+        "ITL max",
+        "TPOT p50",
+        "TPOT p99",
+        "e2e p50",
+        "e2e p99",
+        "stalls",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    let groups = r.groups.iter().map(|g| (g.name.as_str(), &g.aggregate));
+    for (name, a) in groups.chain(std::iter::once(("all", &r.overall))) {
+        let failed = if a.failed == 0 {
+            "0".to_string()
+        } else {
+            let parts: Vec<String> = a.failures.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            parts.join(" ")
+        };
+        rows.push(vec![
+            name.to_string(),
+            format!("{}/{}", a.succeeded, a.requests),
+            failed,
+            format!("{:.1}", a.throughput_tok_s),
+            format!("{:.2}", a.goodput_req_s),
+            ms(a.ttft_ms, |s| s.p50),
+            ms(a.ttft_ms, |s| s.p90),
+            ms(a.ttft_ms, |s| s.p99),
+            ms(a.ttft_ms, |s| s.max),
+            ms(a.itl_ms, |s| s.p50),
+            ms(a.itl_ms, |s| s.p90),
+            ms(a.itl_ms, |s| s.p99),
+            ms(a.itl_ms, |s| s.max),
+            ms(a.tpot_ms, |s| s.p50),
+            ms(a.tpot_ms, |s| s.p99),
+            ms(a.e2e_ms, |s| s.p50),
+            ms(a.e2e_ms, |s| s.p99),
+            a.stalls.to_string(),
+        ]);
+    }
+    out.push_str(&align(&rows));
+    if let Some(detail) = &r.interference {
+        let _ = writeln!(out, "\nlong prompts (times since start, s; gaps in ms):");
+        let mut rows = vec![vec![
+            "id".to_string(),
+            "arrived".into(),
+            "first token".into(),
+            "TTFT".into(),
+            "worst decoder gap meanwhile".into(),
+            "decoder stalls meanwhile".into(),
+        ]];
+        let opt = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
+        for l in &detail.long_prompts {
+            rows.push(vec![
+                l.id.to_string(),
+                format!("{:.2}", l.arrival_s),
+                opt(l.first_token_s, 2),
+                opt(l.ttft_ms, 1),
+                opt(l.decoder_worst_gap_ms, 1),
+                l.decoder_stalls.to_string(),
+            ]);
+        }
+        out.push_str(&align(&rows));
+    }
+    out
+}
+
+/// Right-aligns columns (first column left-aligned).
+pub fn align(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i == 0 {
+                    format!("{s:<w$}", w = width[i])
+                } else {
+                    format!("{s:>w$}", w = width[i])
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn align_pads_columns() {
+        let rows = vec![
+            vec!["a".to_string(), "1".into()],
+            vec!["long".to_string(), "100".into()],
+        ];
+        assert_eq!(align(&rows), "a       1\nlong  100\n");
+    }
+}

@@ -1,0 +1,346 @@
+//! The benchmark against a fake server with scripted delays and failures.
+//!
+//! Tolerances only go one way where a slow machine could push them: a measured TTFT is
+//! at least the scripted delay; the scripted stall is far above the threshold and the
+//! scripted normal gaps far below it.
+
+mod common;
+
+use braid_bench::client::Client;
+use braid_bench::prompts::Prompt;
+use braid_bench::record::Outcome;
+use braid_bench::stats::request_metrics;
+use braid_bench::{BenchArgs, Report};
+use clap::Parser;
+use common::{start, Behavior};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+async fn bench(args: &[&str]) -> anyhow::Result<()> {
+    let mut v = vec!["bench"];
+    v.extend_from_slice(args);
+    braid_bench::run(Cli::try_parse_from(v)?.bench).await
+}
+
+fn read_report(path: &std::path::Path) -> Report {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_measures_scripted_ttft_itl_and_one_stall() {
+    let script = vec![Behavior::Stream {
+        first_ms: 200,
+        gap_ms: 10,
+        long_gap: Some((5, 700)),
+        done: true,
+    }];
+    let (url, fake) = start(script).await;
+    let client = Client::new(&url, Some("sekrit".into())).unwrap();
+    assert_eq!(client.resolve_model(None).await, "fake-model");
+    assert_eq!(client.resolve_model(Some("mine")).await, "mine");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let prompt = Prompt::Tokens((1000..1024).collect());
+    let t = client.complete("fake-model", &prompt, 10, deadline).await;
+
+    assert_eq!(t.outcome, Outcome::Ok, "{:?}", t.error);
+    assert_eq!(t.status, Some(200));
+    assert_eq!(t.token_times_s.len(), 10);
+    assert_eq!(t.usage_completion_tokens, Some(10));
+    assert_eq!(t.usage_prompt_tokens, Some(24));
+    let m = request_metrics(&t.token_times_s, t.usage_completion_tokens, 0.250).unwrap();
+    assert!(m.ttft >= 0.200, "TTFT {}", m.ttft);
+    assert_eq!(m.itls.len(), 9);
+    assert_eq!(m.stalls, 1, "ITLs {:?}", m.itls);
+    assert!(
+        m.itls[4] > 0.250,
+        "the stall is the gap before token 5: {:?}",
+        m.itls
+    );
+    assert!(m.e2e >= 0.200 + 0.700);
+    assert!(t.end_s >= m.e2e);
+
+    let (body, auth) = fake.received.lock().unwrap()[0].clone();
+    assert_eq!(auth.as_deref(), Some("Bearer sekrit"));
+    assert_eq!(body["prompt"].as_array().unwrap().len(), 24);
+    assert_eq!(
+        (body["stream"].clone(), body["ignore_eos"].clone()),
+        (true.into(), true.into())
+    );
+    assert_eq!(body["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_counts_failures_by_status_and_writes_outputs() {
+    let script = vec![
+        Behavior::quick(),
+        Behavior::Status(429),
+        Behavior::quick(),
+        Behavior::Status(500),
+        Behavior::Stream {
+            first_ms: 5,
+            gap_ms: 5,
+            long_gap: None,
+            done: false,
+        },
+        Behavior::quick(),
+    ];
+    let (url, fake) = start(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    bench(&[
+        "scaling",
+        "--url",
+        &url,
+        "--concurrency",
+        "2",
+        "--requests-per-level",
+        "6",
+        "--prompt-tokens",
+        "8",
+        "--max-tokens",
+        "3",
+        "--warmup",
+        "0",
+        "--out",
+        out,
+        "--label",
+        "fake",
+        "--api-key",
+        "sekrit",
+        "--seed",
+        "5",
+    ])
+    .await
+    .unwrap();
+
+    let json = std::fs::read_to_string(dir.path().join("scaling.json")).unwrap();
+    assert!(!json.contains("sekrit"), "the API key must not be saved");
+    let r: Report = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (r.scenario.as_str(), r.label.as_deref(), r.model.as_str()),
+        ("scaling", Some("fake"), "fake-model")
+    );
+    assert_eq!(r.requests.len(), 6);
+    let a = &r.overall;
+    assert_eq!(
+        (a.requests, a.succeeded, a.failed, a.rate_limited),
+        (6, 3, 3, 1)
+    );
+    assert_eq!(a.failures.get("429"), Some(&1));
+    assert_eq!(a.failures.get("500"), Some(&1));
+    assert_eq!(a.failures.get("incomplete"), Some(&1));
+    // Three complete streams of 3 tokens, plus the 3 of the stream that lost its [DONE].
+    assert_eq!(a.output_tokens, 12);
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(
+        (r.groups[0].name.as_str(), r.groups[0].concurrency),
+        ("c=2", Some(2))
+    );
+    assert!(r
+        .requests
+        .iter()
+        .any(|q| q.status == Some(429) && q.outcome == Outcome::HttpError));
+    assert!(r.params["common"]["seed"] == 5 && r.params["concurrency"][0] == 2);
+
+    let bodies = fake.bodies();
+    assert_eq!(bodies.len(), 6);
+    let mut prompts: Vec<String> = bodies.iter().map(|b| b["prompt"].to_string()).collect();
+    assert!(bodies
+        .iter()
+        .all(|b| b["prompt"].as_array().unwrap().len() == 8));
+    prompts.sort();
+    prompts.dedup();
+    assert_eq!(prompts.len(), 6, "every request gets its own prompt");
+
+    let svg = std::fs::read_to_string(dir.path().join("scaling.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("class=\"point throughput\"").count(), 1);
+
+    // The same report compared with itself: every ratio is 1 or undefined.
+    let j = dir.path().join("scaling.json");
+    bench(&[
+        "compare",
+        j.to_str().unwrap(),
+        j.to_str().unwrap(),
+        "--json",
+    ])
+    .await
+    .unwrap();
+    let c = braid_bench::compare::compare(&r, &r);
+    assert!(c
+        .rows
+        .iter()
+        .all(|row| row.ratio.is_none_or(|x| (x - 1.0).abs() < 1e-12)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interference_pairs_long_prompts_with_decoder_gaps() {
+    let (url, fake) = start(vec![Behavior::Stream {
+        first_ms: 10,
+        gap_ms: 20,
+        long_gap: None,
+        done: true,
+    }])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    bench(&[
+        "interference",
+        "--url",
+        &url,
+        "--decoders",
+        "2",
+        "--decode-tokens",
+        "8",
+        "--prompt-tokens",
+        "4",
+        "--long-prompt-tokens",
+        "50",
+        "--long-prompts",
+        "2",
+        "--long-max-tokens",
+        "2",
+        "--first-at-secs",
+        "0.02",
+        "--interval-secs",
+        "0.05",
+        "--warmup",
+        "1",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .await
+    .unwrap();
+    let r = read_report(&dir.path().join("interference.json"));
+    let dec = r.group("decoder").unwrap().aggregate.clone();
+    let long = r.group("long").unwrap().aggregate.clone();
+    assert_eq!(
+        (dec.requests, dec.succeeded, long.requests, long.succeeded),
+        (2, 2, 2, 2)
+    );
+    assert_eq!(dec.itl_ms.unwrap().n, 2 * 7);
+    assert!(long.ttft_ms.unwrap().p50 >= 10.0);
+    let detail = r.interference.as_ref().unwrap();
+    assert_eq!(detail.long_prompts.len(), 2);
+    assert!(detail.long_prompts[1].arrival_s >= 0.07 - 1e-3);
+    // The warm-up request plus 4 measured ones; long prompts are 50 tokens.
+    let lens: Vec<usize> = fake
+        .bodies()
+        .iter()
+        .map(|b| b["prompt"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(lens.len(), 5);
+    assert_eq!(lens.iter().filter(|&&l| l == 50).count(), 2);
+    let svg = std::fs::read_to_string(dir.path().join("interference.svg")).unwrap();
+    assert_eq!(svg.matches("class=\"token\"").count(), 2 * 8 + 2 * 2);
+    assert_eq!(svg.matches("class=\"first-token\"").count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poisson_sends_the_planned_mix_of_word_prompts() {
+    let (url, fake) = start(vec![Behavior::quick()]).await;
+    let dir = tempfile::tempdir().unwrap();
+    bench(&[
+        "poisson",
+        "--url",
+        &url,
+        "--rate",
+        "40",
+        "--num-requests",
+        "6",
+        "--prompt-mix",
+        "4:0.5,9:0.5",
+        "--max-tokens",
+        "3",
+        "--prompt-kind",
+        "words",
+        "--warmup",
+        "0",
+        "--slo-ttft-ms",
+        "60000",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .await
+    .unwrap();
+    let r = read_report(&dir.path().join("poisson.json"));
+    assert_eq!(
+        (r.overall.requests, r.overall.succeeded, r.overall.slo_met),
+        (6, 6, 6)
+    );
+    assert!(r.overall.goodput_req_s > 0.0);
+    let names: Vec<&str> = r.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["prompt=4", "prompt=9"]);
+    assert_eq!(
+        r.groups.iter().map(|g| g.aggregate.requests).sum::<usize>(),
+        6
+    );
+    for b in fake.bodies() {
+        let words = b["prompt"]
+            .as_str()
+            .expect("word prompts are strings")
+            .split(' ')
+            .count();
+        assert!(words == 4 || words == 9);
+    }
+    let svg = std::fs::read_to_string(dir.path().join("poisson.svg")).unwrap();
+    assert!(svg.contains("class=\"cdf ttft\"") && svg.contains("class=\"cdf itl\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_duration_bounds_a_hung_server() {
+    let (url, _fake) = start(vec![Behavior::Stream {
+        first_ms: 30_000,
+        gap_ms: 10,
+        long_gap: None,
+        done: true,
+    }])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let res = bench(&[
+        "scaling",
+        "--url",
+        &url,
+        "--concurrency",
+        "2",
+        "--requests-per-level",
+        "4",
+        "--warmup",
+        "0",
+        "--max-duration-secs",
+        "0.5",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ])
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let err = res.expect_err("no request can succeed");
+    assert!(err.to_string().contains("no request succeeded"), "{err}");
+    let r = read_report(&dir.path().join("scaling.json"));
+    assert!(r.deadline_reached);
+    assert_eq!(r.overall.failures.get("deadline"), Some(&2));
+    assert_eq!(r.planned_requests, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connection_is_a_transport_failure() {
+    // Bind and drop a listener to get a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = Client::new(&format!("http://127.0.0.1:{port}"), None).unwrap();
+    assert_eq!(client.resolve_model(None).await, "default");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let t = client
+        .complete("m", &Prompt::Text("hi".into()), 2, deadline)
+        .await;
+    assert_eq!(t.outcome, Outcome::Transport);
+    assert!(t.error.is_some() && t.status.is_none());
+}
