@@ -1,0 +1,582 @@
+//! The step planner: who runs in the next engine step, and how much of each prompt.
+//!
+//! Decoding is memory-bound and prompt reading arithmetic-bound, so a step can carry a
+//! slice of prompt almost for free next to the decodes, but a whole long prompt in one step
+//! stops every stream that is mid-sentence. Each step is therefore built in this order:
+//!
+//! 1. **Every decoding sequence, one token each.** A decode that needs a new KV block when
+//!    none is free preempts the most recently admitted running sequence (possibly itself):
+//!    its blocks go back to the pool, it returns to the *front* of the queue and its prompt
+//!    plus generated tokens are recomputed later. Youngest-first keeps the oldest streams
+//!    moving, and recomputation loses nothing.
+//! 2. **Prompts already in progress** (admission order; this includes preempted sequences
+//!    being recomputed), then **new prompts in arrival order** (strict FIFO: if the head of
+//!    the queue cannot be admitted, nobody behind it is).
+//!
+//! Prompt slices share what is left of `max_batched_tokens` after the decodes. When a
+//! latency target is set and somebody decodes, each slice is also cut to the longest one
+//! whose predicted step time (cost model, given everything already in the step) stays
+//! under the target; a target-limited slice shorter than `min_prefill_chunk` is not worth
+//! its overhead and is skipped. When nobody decodes there is nobody to stall, and prompts
+//! get the whole token cap.
+//!
+//! **Starvation.** A target can be so tight that the decodes alone fill it. So the first
+//! prompt in planning order whose arrival is older than `starvation_after` is guaranteed at
+//! least `min_prefill_chunk` tokens (within the token cap and the free KV blocks) even past
+//! the target. One such prompt per step: that bounds the overshoot to one small slice, and
+//! still guarantees everyone progress, because once that prompt is read the next starving
+//! one is first. New prompts are admitted whenever a running slot and blocks are free, and
+//! running sequences end (every sequence has a token limit), so the queue always drains.
+//!
+//! **Without chunked prefill** a prompt is read whole or not at all. It runs when it fits
+//! the remaining token budget (cap and target). A prompt that cannot fit runs anyway, alone
+//! among prompts (decodes still ride along), when nobody decodes or when it is starving;
+//! only then may a step exceed `max_batched_tokens`. This is the baseline that stalls.
+//!
+//! **KV blocks.** A slice is scheduled only when the sequence's block table can grow to
+//! cover it; new prompts are admitted only when blocks for their first slice are free (a
+//! slice may shrink to fit them). A prompt in progress that cannot get a single block
+//! preempts younger, not-yet-scheduled running sequences, so prompts that each hold part of
+//! the pool cannot wait on one another forever. New prompts never preempt anybody.
+//!
+//! `now` is only used for starvation and `first_scheduled`; the planner has no clock.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::block_allocator::BlockAllocator;
+use crate::cost_model::{CostModel, StepFeatures};
+use crate::sequence::{SeqId, SeqState, Sequence};
+
+pub use crate::config::{AddError, SchedulerConfig};
+pub use crate::step_plan::{ScheduledChunk, StepPlan};
+
+/// Owns every live sequence and the KV block pool; plans and commits engine steps.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    allocator: BlockAllocator,
+    cost: CostModel,
+    seqs: HashMap<SeqId, Sequence>,
+    /// Admitted sequences, oldest admission first; the last one is the preemption victim.
+    running: Vec<SeqId>,
+    /// Waiting and preempted sequences; the front is admitted next.
+    waiting: VecDeque<SeqId>,
+    total_preemptions: u64,
+}
+
+/// Running totals while one step is assembled.
+struct StepBudget {
+    used_tokens: usize,
+    features: StepFeatures,
+    decodes: usize,
+    target_secs: Option<f64>,
+    /// The starvation guarantee has not been handed out yet in this step.
+    guarantee_left: bool,
+}
+
+impl Scheduler {
+    /// A scheduler with the default (pessimistic) cost-model prior.
+    ///
+    /// # Panics
+    /// If `cfg` is inconsistent (see [`SchedulerConfig::validate`]).
+    pub fn new(cfg: SchedulerConfig) -> Self {
+        Self::with_cost_model(cfg, CostModel::default())
+    }
+
+    /// A scheduler starting from a given cost model (e.g. a prior measured at startup).
+    ///
+    /// # Panics
+    /// If `cfg` is inconsistent (see [`SchedulerConfig::validate`]).
+    pub fn with_cost_model(cfg: SchedulerConfig, cost: CostModel) -> Self {
+        if let Err(e) = cfg.validate() {
+            panic!("invalid scheduler config: {e}");
+        }
+        Self {
+            allocator: BlockAllocator::new(cfg.num_blocks),
+            cfg,
+            cost,
+            seqs: HashMap::new(),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            total_preemptions: 0,
+        }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.cfg
+    }
+
+    /// Queues a request that arrived at `now`; refuses it if it could never run or the
+    /// queue is full (checked last, so a request that is simply invalid is told so).
+    pub fn add(
+        &mut self,
+        id: SeqId,
+        prompt: Vec<u32>,
+        max_new_tokens: usize,
+        now: f64,
+    ) -> Result<(), AddError> {
+        if self.seqs.contains_key(&id) {
+            return Err(AddError::DuplicateId(id));
+        }
+        if prompt.is_empty() {
+            return Err(AddError::EmptyPrompt);
+        }
+        if max_new_tokens == 0 {
+            return Err(AddError::ZeroMaxNewTokens);
+        }
+        let prompt_len = prompt.len();
+        if prompt_len.saturating_add(max_new_tokens) > self.cfg.max_model_len {
+            return Err(AddError::TooLong {
+                prompt_len,
+                max_new_tokens,
+                max_model_len: self.cfg.max_model_len,
+            });
+        }
+        let seq = Sequence::new(id, prompt, max_new_tokens, now);
+        let needed_tokens = seq.max_kv_tokens();
+        if BlockAllocator::blocks_for(needed_tokens, self.cfg.block_size) > self.cfg.num_blocks {
+            return Err(AddError::ExceedsKvPool {
+                needed_tokens,
+                pool_tokens: self.cfg.pool_tokens(),
+            });
+        }
+        if self.waiting.len() >= self.cfg.max_waiting {
+            return Err(AddError::QueueFull);
+        }
+        self.seqs.insert(id, seq);
+        self.waiting.push_back(id);
+        Ok(())
+    }
+
+    /// The client went away: frees its blocks at once and forgets it. `false` if unknown.
+    pub fn abort(&mut self, id: SeqId) -> bool {
+        self.remove(id, SeqState::Cancelled).is_some()
+    }
+
+    /// The engine ended it (stop token, token limit, stop string): frees its blocks and
+    /// forgets it. `false` if unknown.
+    pub fn finish(&mut self, id: SeqId) -> bool {
+        self.remove(id, SeqState::Finished).is_some()
+    }
+
+    /// Removes a sequence in any state, returning it with `state` set (`Finished` or
+    /// `Cancelled`) and its blocks already freed.
+    pub fn remove(&mut self, id: SeqId, state: SeqState) -> Option<Sequence> {
+        let mut seq = self.seqs.remove(&id)?;
+        self.allocator.free(&seq.block_table);
+        seq.block_table.clear();
+        if let Some(i) = self.running.iter().position(|&r| r == id) {
+            self.running.remove(i);
+        } else if let Some(i) = self.waiting.iter().position(|&w| w == id) {
+            self.waiting.remove(i);
+        }
+        seq.state = state;
+        Some(seq)
+    }
+
+    /// Plans the next step; see the module docs for the rules. Allocates the blocks the
+    /// step writes and performs any preemption, so the plan must be executed and then
+    /// passed to [`Scheduler::commit`] before the next `plan`.
+    pub fn plan(&mut self, now: f64) -> StepPlan {
+        let mut plan = StepPlan::default();
+        self.plan_decodes(&mut plan);
+        let decodes = plan.chunks.len();
+        let mut budget = StepBudget {
+            used_tokens: decodes,
+            features: StepFeatures::of(&plan),
+            decodes,
+            target_secs: self
+                .cfg
+                .itl_target
+                .filter(|_| decodes > 0)
+                .map(|t| t.as_secs_f64()),
+            guarantee_left: true,
+        };
+
+        let in_progress: Vec<SeqId> = self
+            .running
+            .iter()
+            .copied()
+            .filter(|id| self.seqs[id].state == SeqState::Prefilling)
+            .collect();
+        for id in in_progress {
+            if self.seqs[&id].state != SeqState::Prefilling || !self.seqs[&id].can_generate() {
+                continue; // preempted earlier in this pass, or nothing left to do
+            }
+            if budget.used_tokens >= self.cfg.max_batched_tokens {
+                break;
+            }
+            let want = self.slice_len(id, &budget, now);
+            if want.len == 0 {
+                continue;
+            }
+            let min_len = if self.cfg.chunked_prefill {
+                1
+            } else {
+                want.len
+            };
+            while self.block_limit(id) < min_len {
+                if !self.preempt_younger_unscheduled(id, &mut plan) {
+                    break;
+                }
+            }
+            let len = want.len.min(self.block_limit(id));
+            if len >= min_len {
+                self.schedule_slice(id, len, want.starving, now, &mut budget, &mut plan);
+            }
+        }
+
+        let mut idx = 0;
+        while let Some(&id) = self.waiting.get(idx) {
+            if self.running.len() >= self.cfg.max_num_seqs
+                || budget.used_tokens >= self.cfg.max_batched_tokens
+                || plan.preempted.contains(&id)
+            {
+                break;
+            }
+            if !self.seqs[&id].can_generate() {
+                idx += 1; // preempted after its last token; waits for `finish`, blocks nobody
+                continue;
+            }
+            let want = self.slice_len(id, &budget, now);
+            let min_len = if self.cfg.chunked_prefill {
+                1
+            } else {
+                want.len
+            };
+            let len = want.len.min(self.block_limit(id));
+            if want.len == 0 || len < min_len {
+                break; // FIFO: nobody overtakes the head of the queue
+            }
+            self.waiting.remove(idx);
+            self.running.push(id);
+            self.seqs.get_mut(&id).expect("waiting id is live").state = SeqState::Prefilling;
+            self.schedule_slice(id, len, want.starving, now, &mut budget, &mut plan);
+        }
+
+        if !plan.is_empty() {
+            plan.predicted_secs = Some(self.cost.predict(budget.features));
+        }
+        plan
+    }
+
+    /// Step 1: one token for every decoding sequence, preempting the youngest when blocks
+    /// run out.
+    fn plan_decodes(&mut self, plan: &mut StepPlan) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let id = self.running[i];
+            let seq = &self.seqs[&id];
+            if seq.state != SeqState::Decoding || !seq.can_generate() {
+                i += 1;
+                continue;
+            }
+            let start = seq.num_computed;
+            let mut preempted_self = false;
+            while !self.grow_blocks(id, start + 1) {
+                let victim = *self.running.last().expect("`id` itself is running");
+                self.preempt(victim, plan);
+                if victim == id {
+                    preempted_self = true;
+                    break;
+                }
+            }
+            if preempted_self {
+                break; // everyone younger is already preempted
+            }
+            plan.chunks.push(ScheduledChunk {
+                seq: id,
+                start,
+                len: 1,
+                sample: true,
+                is_decode: true,
+            });
+            i += 1;
+        }
+    }
+
+    /// How long a prompt slice `id` should get in this step, ignoring KV blocks.
+    fn slice_len(&self, id: SeqId, b: &StepBudget, now: f64) -> Slice {
+        let seq = &self.seqs[&id];
+        let start = seq.num_computed;
+        let remaining = seq.num_uncomputed();
+        let cap_left = self.cfg.max_batched_tokens.saturating_sub(b.used_tokens);
+        let target_limit = match b.target_secs {
+            Some(t) => self.cost.max_chunk_len(b.features, start, t, cap_left),
+            None => cap_left,
+        };
+        let starving = b.guarantee_left && seq.age(now) >= self.cfg.starvation_after.as_secs_f64();
+        let budget = cap_left.min(target_limit);
+        if !self.cfg.chunked_prefill {
+            // A prompt that cannot fit runs only as the step's only prompt.
+            let alone = b.features.prefill_tokens == 0;
+            let len = if remaining <= budget || (alone && (b.decodes == 0 || starving)) {
+                remaining
+            } else {
+                0
+            };
+            return Slice { len, starving };
+        }
+        let mut len = remaining.min(budget);
+        if target_limit < remaining.min(cap_left) && len < self.cfg.min_prefill_chunk {
+            len = 0; // the target binds and the slice is too small to be worth a row of work
+        }
+        if starving {
+            len = len.max(remaining.min(self.cfg.min_prefill_chunk).min(cap_left));
+        }
+        Slice { len, starving }
+    }
+
+    /// Longest slice (in tokens) the sequence's blocks plus the free pool can cover.
+    fn block_limit(&self, id: SeqId) -> usize {
+        let seq = &self.seqs[&id];
+        let blocks = seq.block_table.len() + self.allocator.num_free();
+        (blocks * self.cfg.block_size).saturating_sub(seq.num_computed)
+    }
+
+    /// Grows `id`'s block table to cover `tokens` positions; `false` (nothing taken) if the
+    /// pool is short.
+    fn grow_blocks(&mut self, id: SeqId, tokens: usize) -> bool {
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        let needed = BlockAllocator::blocks_for(tokens, self.cfg.block_size);
+        if needed <= seq.block_table.len() {
+            return true;
+        }
+        match self.allocator.allocate(needed - seq.block_table.len()) {
+            Some(blocks) => {
+                seq.block_table.extend(blocks);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn schedule_slice(
+        &mut self,
+        id: SeqId,
+        len: usize,
+        starving: bool,
+        now: f64,
+        budget: &mut StepBudget,
+        plan: &mut StepPlan,
+    ) {
+        let start = self.seqs[&id].num_computed;
+        let grown = self.grow_blocks(id, start + len);
+        debug_assert!(grown, "slice was sized to the free blocks");
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        seq.first_scheduled.get_or_insert(now);
+        plan.chunks.push(ScheduledChunk {
+            seq: id,
+            start,
+            len,
+            sample: start + len == seq.tokens.len(),
+            is_decode: false,
+        });
+        budget.used_tokens += len;
+        budget.features.add_chunk(start, len, false);
+        if starving {
+            budget.guarantee_left = false;
+        }
+    }
+
+    /// Preempts the youngest running sequence that is younger than `id` and has no chunk
+    /// in `plan`; `false` if there is none.
+    fn preempt_younger_unscheduled(&mut self, id: SeqId, plan: &mut StepPlan) -> bool {
+        let Some(pos) = self.running.iter().position(|&r| r == id) else {
+            return false;
+        };
+        let victim = self.running[pos + 1..]
+            .iter()
+            .rev()
+            .copied()
+            .find(|v| plan.chunk(*v).is_none());
+        match victim {
+            Some(v) => {
+                self.preempt(v, plan);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn preempt(&mut self, id: SeqId, plan: &mut StepPlan) {
+        let pos = self
+            .running
+            .iter()
+            .position(|&r| r == id)
+            .expect("running id");
+        self.running.remove(pos);
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        self.allocator.free(&seq.block_table);
+        seq.block_table.clear();
+        seq.num_computed = 0;
+        seq.state = SeqState::Preempted;
+        seq.num_preemptions += 1;
+        self.total_preemptions += 1;
+        self.waiting.push_front(id);
+        plan.preempted.push(id);
+    }
+
+    /// Records that `plan` ran: each chunk's sequence advances `num_computed` by the chunk's
+    /// length, and each sampled chunk appends its token from `sampled` (one `(seq, token)`
+    /// per chunk with `sample`). A prompt whose last token was just read becomes Decoding.
+    /// Chunks of sequences aborted or finished since planning are skipped.
+    pub fn commit(&mut self, plan: &StepPlan, sampled: &[(SeqId, u32)]) {
+        let sampled: HashMap<SeqId, u32> = sampled.iter().copied().collect();
+        for chunk in &plan.chunks {
+            let Some(seq) = self.seqs.get_mut(&chunk.seq) else {
+                continue;
+            };
+            let stale = !seq.is_running()
+                || seq.num_computed != chunk.start
+                || chunk.start + chunk.len > seq.tokens.len();
+            if stale {
+                debug_assert!(
+                    false,
+                    "commit of a stale chunk {chunk:?} (plan committed twice?)"
+                );
+                continue;
+            }
+            seq.num_computed += chunk.len;
+            if seq.num_computed == seq.tokens.len() {
+                seq.state = SeqState::Decoding;
+            }
+            if !chunk.sample {
+                debug_assert!(
+                    !sampled.contains_key(&chunk.seq),
+                    "token for an unsampled chunk"
+                );
+                continue;
+            }
+            match sampled.get(&chunk.seq) {
+                Some(&token) if seq.can_generate() => seq.tokens.push(token),
+                _ => {
+                    // No token (or one too many): feed the last row again next step.
+                    debug_assert!(false, "sampled chunk {chunk:?} needs exactly one token");
+                    seq.num_computed -= 1;
+                }
+            }
+        }
+    }
+
+    pub fn sequence(&self, id: SeqId) -> Option<&Sequence> {
+        self.seqs.get(&id)
+    }
+
+    /// Admitted sequences (prefilling or decoding).
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Queued sequences, new and preempted.
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Running ids, oldest admission first.
+    pub fn running_ids(&self) -> &[SeqId] {
+        &self.running
+    }
+
+    /// Waiting ids, next to be admitted first.
+    pub fn waiting_ids(&self) -> impl Iterator<Item = SeqId> + '_ {
+        self.waiting.iter().copied()
+    }
+
+    /// Fraction of KV blocks in use.
+    pub fn kv_usage(&self) -> f64 {
+        self.allocator.usage()
+    }
+
+    pub fn allocator(&self) -> &BlockAllocator {
+        &self.allocator
+    }
+
+    /// Preemptions since creation.
+    pub fn num_preemptions(&self) -> u64 {
+        self.total_preemptions
+    }
+
+    /// Nothing running or waiting.
+    pub fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Feeds the cost model one measured step (`features` from [`StepFeatures::of`]).
+    pub fn observe_step(&mut self, features: StepFeatures, secs: f64) {
+        self.cost.observe(features, secs);
+    }
+
+    pub fn cost_model(&self) -> &CostModel {
+        &self.cost
+    }
+
+    /// Checks the bookkeeping: every sequence is in exactly one list in a matching state,
+    /// block tables cover what is computed and account for exactly the used blocks, no
+    /// block is shared. For tests and debug assertions; O(blocks).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.running.len() + self.waiting.len() != self.seqs.len() {
+            return Err("a sequence is in no list or in two".into());
+        }
+        if self.running.len() > self.cfg.max_num_seqs {
+            return Err(format!("{} running > max_num_seqs", self.running.len()));
+        }
+        let mut owner: HashMap<crate::BlockId, SeqId> = HashMap::new();
+        for &id in &self.running {
+            let s = self.seqs.get(&id).ok_or(format!("running {id} unknown"))?;
+            if !s.is_running() {
+                return Err(format!("running {id} in state {:?}", s.state));
+            }
+            if s.block_table.len() * self.cfg.block_size < s.num_computed {
+                return Err(format!(
+                    "{id}: blocks do not cover {} computed",
+                    s.num_computed
+                ));
+            }
+            if s.state == SeqState::Decoding && s.tokens.len() != s.num_computed + 1 {
+                return Err(format!(
+                    "{id}: decoding with {} uncomputed",
+                    s.num_uncomputed()
+                ));
+            }
+            for &b in &s.block_table {
+                if let Some(other) = owner.insert(b, id) {
+                    return Err(format!("block {b} held by {other} and {id}"));
+                }
+            }
+        }
+        for &id in &self.waiting {
+            let s = self.seqs.get(&id).ok_or(format!("waiting {id} unknown"))?;
+            let queued = matches!(s.state, SeqState::Waiting | SeqState::Preempted);
+            if !queued || !s.block_table.is_empty() || s.num_computed != 0 {
+                return Err(format!(
+                    "waiting {id} in state {:?} holding blocks",
+                    s.state
+                ));
+            }
+        }
+        for s in self.seqs.values() {
+            if s.num_generated() > s.max_new_tokens || s.num_computed > s.tokens.len() {
+                return Err(format!("{}: generated or computed past its limit", s.id));
+            }
+        }
+        if owner.len() != self.allocator.num_used() {
+            return Err(format!(
+                "block tables hold {} blocks, allocator says {} used",
+                owner.len(),
+                self.allocator.num_used()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A sized prompt slice, and whether it used up the step's starvation guarantee.
+struct Slice {
+    len: usize,
+    starving: bool,
+}
+
+#[cfg(test)]
+#[path = "planner_tests.rs"]
+mod tests;

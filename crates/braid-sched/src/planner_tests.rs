@@ -1,0 +1,106 @@
+//! Planner rules that need a hand-built state (reachable only through rare interleavings).
+
+use super::*;
+use std::time::Duration;
+
+fn cfg(num_blocks: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        block_size: 4,
+        num_blocks,
+        max_num_seqs: 4,
+        max_batched_tokens: 64,
+        max_waiting: 8,
+        max_model_len: 64,
+        chunked_prefill: true,
+        itl_target: None,
+        starvation_after: Duration::from_secs(2),
+        min_prefill_chunk: 4,
+    }
+}
+
+/// Puts `id` in the running set as if `computed` tokens were already read.
+fn force_running(s: &mut Scheduler, id: SeqId, state: SeqState, computed: usize) {
+    s.waiting.retain(|&w| w != id);
+    s.running.push(id);
+    let blocks = s.allocator.allocate(computed.div_ceil(4)).unwrap();
+    let seq = s.seqs.get_mut(&id).unwrap();
+    seq.state = state;
+    seq.num_computed = computed;
+    seq.block_table = blocks;
+    if state == SeqState::Decoding {
+        seq.tokens.truncate(computed + 1);
+        seq.prompt_len = computed;
+    }
+}
+
+fn run_to_idle(s: &mut Scheduler) {
+    for k in 0..200 {
+        if s.is_idle() {
+            return;
+        }
+        let plan = s.plan(k as f64 * 0.01);
+        assert!(!plan.is_empty());
+        s.check_invariants().unwrap();
+        let sampled: Vec<_> = plan
+            .chunks
+            .iter()
+            .filter(|c| c.sample)
+            .map(|c| (c.seq, 5))
+            .collect();
+        s.commit(&plan, &sampled);
+        for (id, _) in sampled {
+            if !s.seqs[&id].can_generate() {
+                s.finish(id);
+            }
+        }
+    }
+    panic!("did not drain");
+}
+
+#[test]
+fn prompts_holding_the_pool_do_not_wait_on_each_other() {
+    let mut s = Scheduler::new(cfg(4));
+    s.add(1, vec![1; 16], 1, 0.0).unwrap();
+    s.add(2, vec![2; 16], 1, 0.0).unwrap();
+    force_running(&mut s, 1, SeqState::Prefilling, 8);
+    force_running(&mut s, 2, SeqState::Prefilling, 8);
+    assert_eq!(s.allocator.num_free(), 0);
+    let plan = s.plan(0.0);
+    assert_eq!(
+        plan.preempted,
+        vec![2],
+        "the younger prompt yields its blocks"
+    );
+    assert_eq!(
+        plan.chunk(1).map(|c| (c.start, c.len, c.sample)),
+        Some((8, 8, true))
+    );
+    assert_eq!(s.waiting.front(), Some(&2));
+    s.check_invariants().unwrap();
+    s.commit(&plan, &[(1, 9)]);
+    assert!(s.finish(1), "its one token is out");
+    run_to_idle(&mut s);
+    assert_eq!(s.allocator.num_free(), 4);
+}
+
+#[test]
+fn a_prompt_short_of_blocks_never_preempts_a_scheduled_decode() {
+    let mut s = Scheduler::new(cfg(4));
+    s.add(1, vec![1; 16], 1, 0.0).unwrap();
+    s.add(2, vec![2; 7], 3, 0.0).unwrap();
+    force_running(&mut s, 1, SeqState::Prefilling, 8);
+    force_running(&mut s, 2, SeqState::Decoding, 6); // positions 6, 7 fit its 2 blocks
+    let plan = s.plan(0.0);
+    assert!(plan.preempted.is_empty());
+    assert_eq!(
+        plan.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(),
+        vec![2]
+    );
+    s.commit(&plan, &[(2, 9)]);
+    run_to_idle(&mut s);
+    assert_eq!(
+        s.num_preemptions(),
+        0,
+        "the decode finished and freed its blocks"
+    );
+}

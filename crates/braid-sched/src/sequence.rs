@@ -1,0 +1,139 @@
+//! One request's life as the planner sees it.
+//!
+//! A sequence is a token list plus a cursor: `num_computed` says how many of those tokens
+//! already have K/V in the cache. Everything the planner does is moving that cursor
+//! forward (prefill: many tokens at once, decode: one) or back to zero (preemption), so a
+//! prompt being read, an answer being written and a preempted stream being recomputed are
+//! the same operation on different slices. That is why a preempted sequence loses nothing:
+//! its generated tokens stay in `tokens`, and recomputing them is just reading a longer
+//! prompt.
+//!
+//! ```text
+//!  Waiting ──admit──▶ Prefilling ──prompt read, token sampled──▶ Decoding
+//!     ▲                   │                                        │
+//!     └──── Preempted ◀───┴────────── blocks ran out ──────────────┘
+//!  any state ──abort──▶ Cancelled        Decoding ──finish──▶ Finished
+//! ```
+//!
+//! Invariants while a sequence is held by the scheduler:
+//! - `num_computed <= tokens.len()`; while Decoding, `tokens.len() == num_computed + 1`
+//!   (the last sampled token is the next one to feed).
+//! - `block_table` covers at least `num_computed` positions; it is empty when Waiting or
+//!   Preempted.
+//! - `num_generated() <= max_new_tokens`: the planner never schedules a step that could
+//!   sample past the limit. Ending a stream is the engine's decision (`Scheduler::finish`).
+
+use crate::block_allocator::BlockId;
+
+/// Caller-chosen request id.
+pub type SeqId = u64;
+
+/// Where a sequence is in its life. `Finished` and `Cancelled` are terminal: the scheduler
+/// drops the sequence when it reaches them, so they are only seen by whoever kept a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SeqState {
+    /// Queued, never admitted; holds no blocks.
+    Waiting,
+    /// Admitted; its prompt (or, after preemption, prompt + generated tokens) is being read.
+    Prefilling,
+    /// Prompt read; generates one token per step.
+    Decoding,
+    /// Ended by the engine (stop token, token limit, stop string).
+    Finished,
+    /// Ended by the client going away.
+    Cancelled,
+    /// Lost its blocks to an older sequence; back at the front of the queue, to be recomputed.
+    Preempted,
+}
+
+/// A request's tokens and its progress through the KV cache.
+#[derive(Clone, Debug)]
+pub struct Sequence {
+    pub id: SeqId,
+    /// Prompt followed by generated tokens.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    pub max_new_tokens: usize,
+    /// Tokens whose K/V are in the cache.
+    pub num_computed: usize,
+    /// KV blocks for positions `0..num_computed` (plus whatever the current plan writes).
+    pub block_table: Vec<BlockId>,
+    pub state: SeqState,
+    /// Arrival time, seconds on the caller's clock.
+    pub arrival: f64,
+    /// When a chunk of it was first scheduled (queue time = this − arrival).
+    pub first_scheduled: Option<f64>,
+    /// How many times it lost its blocks.
+    pub num_preemptions: u32,
+}
+
+impl Sequence {
+    /// A waiting sequence holding no blocks.
+    pub fn new(id: SeqId, prompt: Vec<u32>, max_new_tokens: usize, arrival: f64) -> Self {
+        let prompt_len = prompt.len();
+        Self {
+            id,
+            tokens: prompt,
+            prompt_len,
+            max_new_tokens,
+            num_computed: 0,
+            block_table: Vec::new(),
+            state: SeqState::Waiting,
+            arrival,
+            first_scheduled: None,
+            num_preemptions: 0,
+        }
+    }
+
+    /// Tokens sampled so far (survives preemption).
+    pub fn num_generated(&self) -> usize {
+        self.tokens.len() - self.prompt_len
+    }
+
+    /// Whether it may still sample: `num_generated() < max_new_tokens`.
+    pub fn can_generate(&self) -> bool {
+        self.num_generated() < self.max_new_tokens
+    }
+
+    /// Tokens not yet in the cache (the prompt left to read, or 1 while decoding).
+    pub fn num_uncomputed(&self) -> usize {
+        self.tokens.len() - self.num_computed
+    }
+
+    /// KV positions this sequence can ever occupy: every token but the last one sampled.
+    pub fn max_kv_tokens(&self) -> usize {
+        (self.prompt_len + self.max_new_tokens).saturating_sub(1)
+    }
+
+    /// Seconds since arrival at `now`.
+    pub fn age(&self, now: f64) -> f64 {
+        now - self.arrival
+    }
+
+    /// Admitted: holds (or may hold) blocks and is in the running set.
+    pub fn is_running(&self) -> bool {
+        matches!(self.state, SeqState::Prefilling | SeqState::Decoding)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_follow_tokens() {
+        let mut s = Sequence::new(7, vec![1, 2, 3], 2, 0.5);
+        assert_eq!(s.state, SeqState::Waiting);
+        assert_eq!(
+            (s.num_generated(), s.num_uncomputed(), s.max_kv_tokens()),
+            (0, 3, 4)
+        );
+        assert!(s.can_generate());
+        s.num_computed = 3;
+        s.tokens.push(9);
+        assert_eq!((s.num_generated(), s.num_uncomputed()), (1, 1));
+        s.tokens.push(9);
+        assert!(!s.can_generate());
+        assert_eq!(s.age(2.0), 1.5);
+    }
+}

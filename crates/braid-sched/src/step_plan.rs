@@ -1,0 +1,78 @@
+//! A step is a value.
+//!
+//! The planner's whole decision for one engine step is this plain description: which
+//! slices of which sequences to feed, which of their last rows to sample, and who lost
+//! their blocks. The engine executes it without asking the planner anything else, and the
+//! planner's tests inspect it without a model.
+
+use crate::sequence::SeqId;
+
+/// Feed `tokens[start..start + len]` of sequence `seq`, writing K/V at positions
+/// `start..start + len` through its block table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScheduledChunk {
+    pub seq: SeqId,
+    /// First position fed; always the sequence's `num_computed` when planned.
+    pub start: usize,
+    /// Rows fed; at least 1.
+    pub len: usize,
+    /// Sample from the last row's logits: the chunk reaches the end of `tokens`.
+    pub sample: bool,
+    /// A decode (one generated token fed back), as opposed to a prompt slice.
+    pub is_decode: bool,
+}
+
+impl ScheduledChunk {
+    /// Positions `start..start + len`.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.len
+    }
+}
+
+/// One engine step: chunks in order (decodes first, then prompt slices), plus what the
+/// planner did to make room.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepPlan {
+    pub chunks: Vec<ScheduledChunk>,
+    /// Sequences preempted while planning this step (already back in the queue; their
+    /// blocks are free and must not be read).
+    pub preempted: Vec<SeqId>,
+    /// The cost model's prediction for this step, in seconds (`None` for an empty step).
+    pub predicted_secs: Option<f64>,
+}
+
+impl StepPlan {
+    /// Nothing to run.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Rows fed in total (decodes + prompt tokens).
+    pub fn num_tokens(&self) -> usize {
+        self.chunks.iter().map(|c| c.len).sum()
+    }
+
+    /// Prompt tokens fed (including recomputation of preempted sequences).
+    pub fn num_prefill_tokens(&self) -> usize {
+        self.chunks
+            .iter()
+            .filter(|c| !c.is_decode)
+            .map(|c| c.len)
+            .sum()
+    }
+
+    /// Decode rows.
+    pub fn num_decodes(&self) -> usize {
+        self.chunks.iter().filter(|c| c.is_decode).count()
+    }
+
+    /// Rows whose logits are sampled (one per chunk with `sample`).
+    pub fn num_samples(&self) -> usize {
+        self.chunks.iter().filter(|c| c.sample).count()
+    }
+
+    /// The chunk for `seq`, if it is in this step.
+    pub fn chunk(&self, seq: SeqId) -> Option<&ScheduledChunk> {
+        self.chunks.iter().find(|c| c.seq == seq)
+    }
+}

@@ -1,0 +1,554 @@
+//! Planner rules, one scripted scenario each, no model.
+
+mod common;
+
+use braid_sched::{AddError, CostModel, Scheduler, SchedulerConfig, SeqState, StepFeatures};
+use common::{check_plan, prompt, sample, small_cfg, step};
+use std::time::Duration;
+
+fn sched(cfg: SchedulerConfig) -> Scheduler {
+    Scheduler::new(cfg)
+}
+
+/// Drives steps (time advancing `dt` per step) until idle; returns the steps taken.
+fn drain(s: &mut Scheduler, mut now: f64, dt: f64) -> usize {
+    let mut n = 0;
+    while !s.is_idle() {
+        let (plan, _) = step(s, now);
+        assert!(!plan.is_empty(), "stuck: work left but nothing planned");
+        now += dt;
+        n += 1;
+        assert!(n < 100_000, "no progress");
+    }
+    n
+}
+
+#[test]
+fn decodes_come_first_one_token_each() {
+    let mut s = sched(small_cfg());
+    s.add(1, prompt(1, 3), 20, 0.0).unwrap();
+    s.add(2, prompt(2, 5), 20, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.0);
+    assert_eq!(p.num_prefill_tokens(), 8);
+    assert_eq!(p.num_samples(), 2, "both prompts read whole, both sample");
+    assert_eq!(s.sequence(1).unwrap().state, SeqState::Decoding);
+    s.add(3, prompt(3, 40), 20, 0.1).unwrap();
+    let (p, _) = step(&mut s, 0.1);
+    let ids: Vec<_> = p
+        .chunks
+        .iter()
+        .map(|c| (c.seq, c.len, c.is_decode))
+        .collect();
+    assert_eq!(ids, vec![(1, 1, true), (2, 1, true), (3, 14, false)]);
+    assert!(!p.chunks[2].sample, "a partial prompt slice is not sampled");
+    assert_eq!((p.num_decodes(), p.num_tokens()), (2, 16));
+}
+
+#[test]
+fn chunks_respect_token_cap_and_seq_limit() {
+    let mut cfg = small_cfg();
+    cfg.max_num_seqs = 3;
+    let mut s = sched(cfg);
+    for id in 0..6 {
+        s.add(id, prompt(id, 7), 3, 0.0).unwrap();
+    }
+    let (p, _) = step(&mut s, 0.0);
+    // 7 + 7 + 2 = 16: the third prompt is split at the cap.
+    let lens: Vec<_> = p.chunks.iter().map(|c| (c.seq, c.len)).collect();
+    assert_eq!(lens, vec![(0, 7), (1, 7), (2, 2)]);
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!(s.num_running(), 3, "max_num_seqs bounds the running set");
+    assert!(p.chunks.len() <= 3 && p.num_tokens() <= 16);
+    assert_eq!(p.chunk(2).map(|c| (c.start, c.len)), Some((2, 5)));
+    let mut now = 0.2;
+    while !s.is_idle() {
+        let (p, _) = step(&mut s, now);
+        assert!(p.num_tokens() <= 16 && p.chunks.len() <= 3);
+        now += 0.1;
+    }
+}
+
+#[test]
+fn prompts_in_progress_go_before_new_ones() {
+    let mut s = sched(small_cfg());
+    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    step(&mut s, 0.0); // 1 decodes from now on
+    s.add(2, prompt(2, 40), 5, 0.1).unwrap();
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!(p.chunk(2).unwrap().len, 15);
+    s.add(3, prompt(3, 2), 5, 0.2).unwrap();
+    let (p, _) = step(&mut s, 0.2);
+    assert_eq!(
+        p.chunk(2).unwrap().len,
+        15,
+        "the prompt in progress takes the budget"
+    );
+    assert!(p.chunk(3).is_none(), "the new prompt waits");
+    let (p, _) = step(&mut s, 0.3);
+    assert_eq!(p.chunk(2).unwrap().len, 10, "the rest of prompt 2 ...");
+    assert_eq!(
+        p.chunk(3).unwrap().len,
+        2,
+        "... then the new one, in the same step"
+    );
+}
+
+#[test]
+fn admission_is_fifo() {
+    let mut cfg = small_cfg();
+    cfg.max_num_seqs = 8;
+    let mut s = sched(cfg);
+    for id in [5, 3, 9, 1] {
+        s.add(id, prompt(id, 6), 2, 0.0).unwrap();
+    }
+    let (p, _) = step(&mut s, 0.0);
+    let order: Vec<_> = p.chunks.iter().map(|c| c.seq).collect();
+    assert_eq!(order, vec![5, 3, 9], "arrival order, not id order");
+    assert_eq!(s.running_ids(), &[5, 3, 9]);
+    assert_eq!(s.waiting_ids().collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn fifo_head_that_does_not_fit_blocks_those_behind() {
+    let mut cfg = small_cfg();
+    cfg.chunked_prefill = false;
+    let mut s = sched(cfg);
+    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(2, prompt(2, 30), 5, 0.1).unwrap(); // > 15 tokens left next to one decode
+    s.add(3, prompt(3, 2), 5, 0.1).unwrap(); // would fit, but is behind
+    let (p, _) = step(&mut s, 0.2);
+    assert_eq!((p.num_decodes(), p.num_prefill_tokens()), (1, 0));
+    assert_eq!(s.num_waiting(), 2);
+}
+
+#[test]
+fn without_chunking_prompts_are_read_whole() {
+    let mut cfg = small_cfg();
+    cfg.chunked_prefill = false;
+    let mut s = sched(cfg);
+    s.add(1, prompt(1, 10), 3, 0.0).unwrap();
+    s.add(2, prompt(2, 10), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.0);
+    assert_eq!(
+        p.chunks.len(),
+        1,
+        "10 + 10 > 16: the second waits rather than split"
+    );
+    assert_eq!(p.chunks[0].len, 10);
+    // An oversized prompt runs whole when nobody decodes (it could never fit otherwise).
+    let mut s = sched({
+        let mut c = small_cfg();
+        c.chunked_prefill = false;
+        c
+    });
+    s.add(7, prompt(7, 40), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.0);
+    assert_eq!((p.chunks.len(), p.num_tokens()), (1, 40));
+    assert!(p.chunks[0].sample);
+    drain(&mut s, 0.1, 0.1);
+}
+
+#[test]
+fn oversized_whole_prompt_waits_for_decoders_until_it_starves() {
+    let mut cfg = small_cfg();
+    cfg.chunked_prefill = false;
+    let mut s = sched(cfg);
+    s.add(1, prompt(1, 2), 100, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(2, prompt(2, 40), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 1.0);
+    assert!(
+        p.chunk(2).is_none(),
+        "does not fit next to a decode, not starving"
+    );
+    let (p, _) = step(&mut s, 2.5);
+    assert_eq!(
+        p.chunk(2).map(|c| c.len),
+        Some(40),
+        "starving: read whole, alone"
+    );
+    assert_eq!(p.num_decodes(), 1, "the decode still rides along");
+}
+
+fn target_cfg(target_ms: u64) -> SchedulerConfig {
+    SchedulerConfig {
+        max_batched_tokens: 64,
+        itl_target: Some(Duration::from_millis(target_ms)),
+        starvation_after: Duration::from_secs(1000),
+        ..small_cfg()
+    }
+}
+
+#[test]
+fn latency_target_limits_prefill_when_someone_decodes() {
+    // 9.5 ms per step + 1 ms per prompt token + 1 ms per decode: 50 ms fits 38 tokens next
+    // to two decodes (half a token of slack keeps float rounding out of the answer).
+    let cost = CostModel::new([0.0095, 0.001, 0.001, 0.0]);
+    let mut s = Scheduler::with_cost_model(target_cfg(50), cost.clone());
+    s.add(1, prompt(1, 200), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.0);
+    assert_eq!(
+        p.num_prefill_tokens(),
+        64,
+        "nobody decodes: the full token cap"
+    );
+    let mut s = Scheduler::with_cost_model(target_cfg(50), cost.clone());
+    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(3, prompt(3, 200), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!((p.num_decodes(), p.num_prefill_tokens()), (2, 38));
+    let predicted = p.predicted_secs.unwrap();
+    assert!(predicted <= 0.050 + 1e-12, "predicted {predicted}");
+    // A looser target gives more, never past the cap.
+    let mut s2 = Scheduler::with_cost_model(target_cfg(500), cost.clone());
+    s2.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    step(&mut s2, 0.0);
+    s2.add(3, prompt(3, 200), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s2, 0.1);
+    assert_eq!(p.num_tokens(), 64);
+}
+
+#[test]
+fn latency_target_follows_the_fitted_model() {
+    let mut s =
+        Scheduler::with_cost_model(target_cfg(50), CostModel::new([0.010, 0.004, 0.001, 0.0]));
+    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(2, prompt(2, 250), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!(p.num_prefill_tokens(), 9, "(50 - 11) / 4 ms per token");
+    // The machine turns out faster: 1 ms per prompt token.
+    for k in 0..40 {
+        let f = StepFeatures {
+            prefill_tokens: k * 3 % 50,
+            decode_seqs: 1 + k % 3,
+            attended_tokens: 0,
+        };
+        let secs = 0.010 + 0.001 * f.prefill_tokens as f64 + 0.001 * f.decode_seqs as f64;
+        s.observe_step(f, secs);
+    }
+    let (p, _) = step(&mut s, 0.2);
+    let n = p.num_prefill_tokens();
+    assert!((36..=39).contains(&n), "refitted budget {n}");
+}
+
+#[test]
+fn tiny_slices_are_not_worth_scheduling_under_a_tight_target() {
+    // 9.5 ms + 2 decodes = 11.5 ms; 15 ms leaves 3 tokens < min_prefill_chunk (4).
+    let cost = CostModel::new([0.0095, 0.001, 0.001, 0.0]);
+    let mut s = Scheduler::with_cost_model(target_cfg(15), cost.clone());
+    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(3, prompt(3, 100), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!(p.num_prefill_tokens(), 0);
+    // ... unless the whole rest of the prompt is that small.
+    let mut s = Scheduler::with_cost_model(target_cfg(15), cost.clone());
+    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(4, prompt(4, 3), 3, 0.0).unwrap();
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!(p.num_prefill_tokens(), 3);
+}
+
+#[test]
+fn starving_prompt_gets_min_chunk_past_the_target() {
+    // Decodes alone exceed the target: prompts only move through the starvation guarantee.
+    let cost = CostModel::new([0.200, 0.001, 0.0, 0.0]);
+    let cfg = SchedulerConfig {
+        itl_target: Some(Duration::from_millis(100)),
+        starvation_after: Duration::from_secs(2),
+        ..small_cfg()
+    };
+    let mut s = Scheduler::with_cost_model(cfg, cost);
+    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(2, prompt(2, 10), 5, 0.5).unwrap();
+    s.add(3, prompt(3, 10), 5, 0.6).unwrap();
+    let mut now = 0.5;
+    while now < 2.45 {
+        let (p, _) = step(&mut s, now);
+        assert_eq!(p.num_prefill_tokens(), 0, "at {now}: not starving yet");
+        now += 0.1;
+    }
+    // From 2.5 s on prompt 2 gets 4 tokens a step; prompt 3 (starving from 2.6 s) waits
+    // its turn: one guaranteed slice per step.
+    let (p, _) = step(&mut s, 2.5);
+    assert_eq!(p.chunk(2).map(|c| c.len), Some(4));
+    assert_eq!(s.sequence(2).unwrap().first_scheduled, Some(2.5));
+    let (p, _) = step(&mut s, 2.7);
+    assert_eq!((p.chunk(2).map(|c| c.len), p.chunk(3)), (Some(4), None));
+    let (p, _) = step(&mut s, 2.8);
+    assert_eq!(p.chunk(2).map(|c| (c.len, c.sample)), Some((2, true)));
+    let (p, _) = step(&mut s, 2.9);
+    assert_eq!(
+        p.chunk(3).map(|c| c.len),
+        Some(4),
+        "then the next starving prompt"
+    );
+    assert_eq!(p.num_decodes(), 2);
+    drain(&mut s, 3.0, 0.1);
+}
+
+#[test]
+fn decode_that_runs_out_of_blocks_preempts_the_youngest() {
+    let cfg = SchedulerConfig {
+        num_blocks: 6,
+        max_batched_tokens: 32,
+        ..small_cfg()
+    };
+    let mut s = sched(cfg);
+    // Each needs 8 + 12 - 1 = 19 positions = 5 blocks; the pool has 6.
+    s.add(1, prompt(1, 8), 12, 0.0).unwrap();
+    s.add(2, prompt(2, 8), 12, 0.0).unwrap();
+    let mut now = 0.0;
+    let mut preempted = Vec::new();
+    let mut finished = Vec::new();
+    while !s.is_idle() {
+        let (p, done) = step(&mut s, now);
+        assert!(s.allocator().num_used() <= 6);
+        for &v in &p.preempted {
+            preempted.push(v);
+            let seq = s.sequence(v).unwrap();
+            assert_eq!(seq.state, SeqState::Preempted);
+            assert!(seq.block_table.is_empty() && seq.num_computed == 0);
+            assert_eq!(
+                s.waiting_ids().next(),
+                Some(v),
+                "back at the front of the queue"
+            );
+        }
+        finished.extend(done);
+        now += 0.1;
+    }
+    assert_eq!(
+        preempted.first(),
+        Some(&2),
+        "the most recently admitted goes first"
+    );
+    assert!(s.num_preemptions() >= 1);
+    assert_eq!(
+        finished.len(),
+        2,
+        "both complete (step() checks every token is right)"
+    );
+    assert_eq!(s.allocator().num_free(), 6);
+}
+
+#[test]
+fn a_decode_that_is_itself_the_youngest_preempts_itself() {
+    let cfg = SchedulerConfig {
+        num_blocks: 3,
+        ..small_cfg()
+    };
+    let mut s = sched(cfg);
+    s.add(1, prompt(1, 5), 3, 0.0).unwrap(); // 2 blocks; next positions 5, 6 stay in block 2
+    s.add(2, prompt(2, 4), 3, 0.0).unwrap(); // 1 block; position 4 needs a new one
+    step(&mut s, 0.0);
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!(p.preempted, vec![2]);
+    assert_eq!(p.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), vec![1]);
+    let seq2 = s.sequence(2).unwrap();
+    assert_eq!(
+        (seq2.num_generated(), seq2.num_preemptions),
+        (1, 1),
+        "its token is kept"
+    );
+    drain(&mut s, 0.2, 0.1);
+    assert_eq!(s.allocator().num_free(), 3);
+}
+
+#[test]
+fn preempted_sequence_recomputes_prompt_and_generated_tokens() {
+    let cfg = SchedulerConfig {
+        num_blocks: 3,
+        ..small_cfg()
+    };
+    let mut s = sched(cfg);
+    s.add(1, prompt(1, 5), 3, 0.0).unwrap();
+    s.add(2, prompt(2, 4), 3, 0.0).unwrap();
+    step(&mut s, 0.0);
+    step(&mut s, 0.1); // 2 preempted with 5 tokens (4 prompt + 1 generated)
+                       // Recomputation reads all 5 tokens as a prompt (in slices as blocks free up), samples
+                       // only at the end, then decodes on.
+    let mut now = 0.2;
+    let mut covered = 0;
+    while covered < 5 {
+        let (p, _) = step(&mut s, now);
+        now += 0.1;
+        if let Some(c) = p.chunk(2) {
+            assert_eq!((c.start, c.is_decode), (covered, false));
+            covered += c.len;
+            assert_eq!(c.sample, covered == 5);
+        }
+    }
+    let seq2 = s.sequence(2).unwrap();
+    assert_eq!((seq2.num_generated(), seq2.state), (2, SeqState::Decoding));
+    drain(&mut s, now, 0.1);
+}
+
+#[test]
+fn abort_frees_blocks_at_once() {
+    let mut s = sched(small_cfg());
+    s.add(1, prompt(1, 10), 5, 0.0).unwrap();
+    s.add(2, prompt(2, 30), 5, 0.0).unwrap();
+    let plan = s.plan(0.0);
+    let used = s.allocator().num_used();
+    assert_eq!(used, 3 + 2, "10 tokens + 6 tokens of 4-token blocks");
+    assert!(s.abort(2));
+    assert_eq!(s.allocator().num_used(), 3);
+    assert!(s.sequence(2).is_none());
+    assert!(!s.abort(2), "unknown now");
+    s.commit(&plan, &sample(&plan)); // the aborted sequence's chunk is skipped
+    s.check_invariants().unwrap();
+    s.add(3, prompt(3, 4), 5, 0.1).unwrap();
+    assert!(s.abort(3), "waiting sequences can be aborted too");
+    assert!(s.finish(1));
+    assert_eq!((s.allocator().num_used(), s.is_idle()), (0, true));
+}
+
+#[test]
+fn add_refuses_what_can_never_run() {
+    let cfg = SchedulerConfig {
+        max_waiting: 2,
+        num_blocks: 8, // 32 positions
+        max_model_len: 40,
+        ..small_cfg()
+    };
+    let mut s = sched(cfg);
+    assert_eq!(s.add(1, vec![], 5, 0.0), Err(AddError::EmptyPrompt));
+    assert_eq!(s.add(1, vec![1], 0, 0.0), Err(AddError::ZeroMaxNewTokens));
+    let e = s.add(1, prompt(1, 30), 11, 0.0).unwrap_err();
+    assert_eq!(
+        e,
+        AddError::TooLong {
+            prompt_len: 30,
+            max_new_tokens: 11,
+            max_model_len: 40
+        }
+    );
+    assert!(e.to_string().contains("30") && e.to_string().contains("40"));
+    let e = s.add(1, prompt(1, 30), 4, 0.0).unwrap_err();
+    assert_eq!(
+        e,
+        AddError::ExceedsKvPool {
+            needed_tokens: 33,
+            pool_tokens: 32
+        }
+    );
+    assert!(e.to_string().contains("33") && e.to_string().contains("32"));
+    s.add(1, prompt(1, 30), 3, 0.0).unwrap(); // 32 positions: exactly the pool
+    assert_eq!(
+        s.add(1, prompt(1, 3), 3, 0.0),
+        Err(AddError::DuplicateId(1))
+    );
+    s.add(2, prompt(2, 3), 3, 0.0).unwrap();
+    assert_eq!(s.add(3, prompt(3, 3), 3, 0.0), Err(AddError::QueueFull));
+    assert_eq!(s.num_waiting(), 2);
+    drain(&mut s, 0.0, 0.1);
+}
+
+#[test]
+fn commit_advances_and_switches_to_decoding() {
+    let mut s = sched(small_cfg());
+    s.add(1, prompt(1, 20), 2, 0.0).unwrap();
+    let p = s.plan(0.0);
+    check_plan(&s, &p);
+    assert_eq!(s.sequence(1).unwrap().state, SeqState::Prefilling);
+    s.commit(&p, &[]);
+    let seq = s.sequence(1).unwrap();
+    assert_eq!(
+        (seq.num_computed, seq.tokens.len(), seq.state),
+        (16, 20, SeqState::Prefilling)
+    );
+    let p = s.plan(0.1);
+    assert!(p.chunks[0].sample);
+    s.commit(&p, &[(1, 77)]);
+    let seq = s.sequence(1).unwrap();
+    assert_eq!(
+        (seq.num_computed, seq.tokens.len(), seq.state),
+        (20, 21, SeqState::Decoding)
+    );
+    assert_eq!(seq.tokens[20], 77);
+    assert_eq!(seq.first_scheduled, Some(0.0));
+}
+
+#[test]
+fn never_samples_past_max_new_tokens_even_if_not_finished() {
+    let mut s = sched(small_cfg());
+    s.add(1, prompt(1, 3), 2, 0.0).unwrap();
+    for k in 0..5 {
+        let p = s.plan(k as f64);
+        check_plan(&s, &p);
+        s.commit(&p, &sample(&p)); // the engine "forgets" to call finish
+    }
+    let seq = s.sequence(1).unwrap();
+    assert_eq!(seq.num_generated(), 2);
+    assert!(s.plan(9.0).is_empty());
+    assert!(s.finish(1));
+}
+
+#[test]
+fn features_of_a_plan_count_attention() {
+    let mut s = sched(small_cfg());
+    s.add(1, prompt(1, 3), 5, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(2, prompt(2, 4), 5, 0.0).unwrap();
+    let p = s.plan(0.1);
+    let f = StepFeatures::of(&p);
+    // Decode at position 3 attends 4; prompt rows 0..4 attend 1+2+3+4.
+    assert_eq!(
+        f,
+        StepFeatures {
+            prefill_tokens: 4,
+            decode_seqs: 1,
+            attended_tokens: 4 + 10
+        }
+    );
+}
+
+#[test]
+fn a_long_prompt_gets_through_a_steady_stream_of_decodes_and_arrivals() {
+    // Three decodes alone (90 ms + 3 x 5 ms) exceed the 100 ms target, and a short request
+    // arrives behind the long prompt every step.
+    let cost = CostModel::new([0.090, 0.001, 0.005, 0.0]);
+    let cfg = SchedulerConfig {
+        max_num_seqs: 8,
+        max_batched_tokens: 64,
+        max_waiting: 64,
+        num_blocks: 256,
+        itl_target: Some(Duration::from_millis(100)),
+        starvation_after: Duration::from_secs(1),
+        min_prefill_chunk: 8,
+        ..small_cfg()
+    };
+    let mut s = Scheduler::with_cost_model(cfg, cost);
+    for id in 0..3 {
+        s.add(id, prompt(id, 2), 200, 0.0).unwrap();
+    }
+    step(&mut s, 0.0);
+    s.add(99, prompt(99, 100), 1, 0.0).unwrap();
+    let mut now = 0.1;
+    let mut next_id = 1000;
+    loop {
+        s.add(next_id, prompt(next_id, 2), 5, now).unwrap();
+        next_id += 1;
+        let (p, done) = step(&mut s, now);
+        assert_eq!(p.num_decodes(), 3, "the streams never stop");
+        if done.contains(&99) {
+            break;
+        }
+        now += 0.1;
+        assert!(
+            now < 1.0 + 0.1 * (100.0 / 8.0 + 2.0),
+            "long prompt starved at {now}"
+        );
+    }
+    println!("long prompt's first token at {now:.1} s");
+    assert!(now >= 1.0, "it only moved through the starvation guarantee");
+}
