@@ -8,6 +8,13 @@
 //!
 //! The main binary exposes it as `braid bench <scaling|interference|poisson|compare>`:
 //! flatten [`BenchArgs`] into a subcommand and call [`run`].
+//!
+//! ```text
+//! braid bench scaling      --url http://127.0.0.1:8080 --label braid --out results/braid
+//! braid bench interference --url http://127.0.0.1:8081 --label llama.cpp --out results/llama
+//! braid bench poisson      --rate 2 --duration-secs 60 --slo-ttft-ms 1000 --slo-itl-p99-ms 250
+//! braid bench compare results/braid/scaling.json results/llama/scaling.json [--json]
+//! ```
 
 pub mod args;
 pub mod chart;
@@ -66,4 +73,21 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The main binary may spawn the benchmark on its runtime.
+    #[test]
+    fn run_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let args = super::BenchArgs {
+            scenario: super::Scenario::Compare(crate::args::CompareArgs {
+                a: "a".into(),
+                b: "b".into(),
+                json: false,
+            }),
+        };
+        assert_send(&super::run(args));
+    }
 }

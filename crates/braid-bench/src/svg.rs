@@ -19,10 +19,12 @@ pub fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A number as a short label: no trailing zeros, at most two decimals.
+/// A number as a short label: about three significant digits, no trailing zeros.
 pub fn fmt_num(v: f64) -> String {
     let s = if v.abs() >= 100.0 {
         format!("{v:.0}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
     } else {
         format!("{v:.2}")
     };
@@ -239,6 +241,8 @@ mod tests {
         assert_eq!(fmt_num(2.50), "2.5");
         assert_eq!(fmt_num(1234.4), "1234");
         assert_eq!(fmt_num(3.0), "3");
+        assert_eq!(fmt_num(45.09), "45.1");
+        assert_eq!(fmt_num(0.25), "0.25");
         assert_eq!(esc("a<b & \"c\""), "a&lt;b &amp; &quot;c&quot;");
     }
 }

@@ -5,6 +5,10 @@
 //! (`--max-duration-secs`, counted from before the warm-up) bounds everything: no
 //! request is sent after it and no stream is waited on past it, so a hung server cannot
 //! hang the benchmark.
+//!
+//! Prompts depend on the seed, the scenario and the request id. Repeating the same
+//! scenario on the same server with the same seed repeats its prompts, so pass a new
+//! `--seed` when a server's prefix cache must stay cold across repeats.
 
 pub mod interference;
 pub mod poisson;
@@ -44,8 +48,13 @@ impl Ctx {
         let deadline = begin + Duration::from_secs_f64(common.max_duration_secs);
         let client = Client::new(&common.url, common.api_key.clone())?;
         let model = client.resolve_model(common.model.as_deref()).await;
+        // Salted by scenario: running one scenario after another on the same server must
+        // not hand the second one prompts the first already cached.
+        let salt = scenario
+            .bytes()
+            .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
         let prompts = PromptGen {
-            seed: common.seed,
+            seed: crate::prompts::mix(common.seed, salt),
             kind: common.prompt_kind,
             range: common.token_range,
         };
