@@ -161,7 +161,7 @@ impl Scheduler {
 
     /// Removes a sequence in any state, returning it with `state` set (`Finished` or
     /// `Cancelled`) and its blocks already freed.
-    pub fn remove(&mut self, id: SeqId, state: SeqState) -> Option<Sequence> {
+    fn remove(&mut self, id: SeqId, state: SeqState) -> Option<Sequence> {
         let mut seq = self.seqs.remove(&id)?;
         self.allocator.free(&seq.block_table);
         seq.block_table.clear();
@@ -420,7 +420,9 @@ impl Scheduler {
     /// Records that `plan` ran: each chunk's sequence advances `num_computed` by the chunk's
     /// length, and each sampled chunk appends its token from `sampled` (one `(seq, token)`
     /// per chunk with `sample`). A prompt whose last token was just read becomes Decoding.
-    /// Chunks of sequences aborted or finished since planning are skipped.
+    /// Chunks of sequences aborted or finished since planning are skipped. A sampled chunk
+    /// left without a token (say, the engine could not sample it) keeps its last row
+    /// uncomputed, so the next step feeds and samples it again.
     pub fn commit(&mut self, plan: &StepPlan, sampled: &[(SeqId, u32)]) {
         let sampled: HashMap<SeqId, u32> = sampled.iter().copied().collect();
         for chunk in &plan.chunks {
@@ -449,12 +451,12 @@ impl Scheduler {
                 continue;
             }
             match sampled.get(&chunk.seq) {
-                Some(&token) if seq.can_generate() => seq.tokens.push(token),
-                _ => {
-                    // No token (or one too many): feed the last row again next step.
-                    debug_assert!(false, "sampled chunk {chunk:?} needs exactly one token");
-                    seq.num_computed -= 1;
+                Some(&token) => {
+                    debug_assert!(seq.can_generate(), "planned a sample past max_new_tokens");
+                    seq.tokens.push(token);
                 }
+                // No token: the last row is fed (and sampled) again next step.
+                None => seq.num_computed -= 1,
             }
         }
     }

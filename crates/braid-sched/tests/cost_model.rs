@@ -48,6 +48,8 @@ fn recovers_coefficients_from_noisy_data_with_outliers() {
         let mut secs = truth(f) * (1.0 + 0.10 * (rng.unit() - 0.5)); // ±5% jitter
         if rng.chance(0.05) {
             secs *= 2.0 + 4.0 * rng.unit(); // descheduled by the OS
+        } else if rng.chance(0.02) {
+            secs *= 0.1 + 0.3 * rng.unit(); // a timing glitch the other way
         }
         m.observe(f, secs);
     }

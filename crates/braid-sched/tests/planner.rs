@@ -552,3 +552,56 @@ fn a_long_prompt_gets_through_a_steady_stream_of_decodes_and_arrivals() {
     println!("long prompt's first token at {now:.1} s");
     assert!(now >= 1.0, "it only moved through the starvation guarantee");
 }
+
+#[test]
+fn preempted_sequence_goes_back_ahead_of_new_arrivals() {
+    let cfg = SchedulerConfig {
+        num_blocks: 6,
+        max_num_seqs: 2,
+        max_batched_tokens: 32,
+        ..small_cfg()
+    };
+    let mut s = sched(cfg);
+    s.add(1, prompt(1, 8), 12, 0.0).unwrap();
+    s.add(2, prompt(2, 8), 12, 0.0).unwrap();
+    s.add(3, prompt(3, 4), 2, 0.0).unwrap(); // waits for a running slot
+    let mut now = 0.0;
+    loop {
+        let (p, _) = step(&mut s, now);
+        now += 0.1;
+        if !p.preempted.is_empty() {
+            assert_eq!(p.preempted, vec![2]);
+            assert!(p.chunk(3).is_none(), "the freed slot is not given away");
+            break;
+        }
+    }
+    assert_eq!(s.waiting_ids().collect::<Vec<_>>(), vec![2, 3]);
+    loop {
+        let (p, _) = step(&mut s, now);
+        now += 0.1;
+        assert!(p.chunk(3).is_none(), "3 must not overtake the preempted 2");
+        if p.chunk(2).is_some() {
+            break;
+        }
+    }
+    drain(&mut s, now, 0.1);
+}
+
+#[test]
+fn a_sampled_chunk_without_a_token_is_fed_again() {
+    let mut s = sched(small_cfg());
+    s.add(1, prompt(1, 6), 3, 0.0).unwrap();
+    let p = s.plan(0.0);
+    s.commit(&p, &[]); // the engine produced no token for it
+    let seq = s.sequence(1).unwrap();
+    assert_eq!((seq.num_computed, seq.num_generated()), (5, 0));
+    let p = s.plan(0.1);
+    check_plan(&s, &p);
+    assert_eq!(
+        p.chunk(1).map(|c| (c.start, c.len, c.sample)),
+        Some((5, 1, true))
+    );
+    s.commit(&p, &sample(&p));
+    assert_eq!(s.sequence(1).unwrap().num_generated(), 1);
+    drain(&mut s, 0.2, 0.1);
+}
