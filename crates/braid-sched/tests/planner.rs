@@ -1,26 +1,13 @@
-//! Planner rules, one scripted scenario each, no model.
+//! Planner rules (ordering, chunking, FIFO, KV blocks, preemption, admission, commit), one
+//! scripted scenario each, no model. The latency target has its own file.
 
 mod common;
 
-use braid_sched::{AddError, CostModel, Scheduler, SchedulerConfig, SeqState, StepFeatures};
-use common::{check_plan, prompt, sample, small_cfg, step};
-use std::time::Duration;
+use braid_sched::{AddError, Scheduler, SchedulerConfig, SeqState, StepFeatures};
+use common::{check_plan, drain, prompt, sample, small_cfg, step};
 
 fn sched(cfg: SchedulerConfig) -> Scheduler {
     Scheduler::new(cfg)
-}
-
-/// Drives steps (time advancing `dt` per step) until idle; returns the steps taken.
-fn drain(s: &mut Scheduler, mut now: f64, dt: f64) -> usize {
-    let mut n = 0;
-    while !s.is_idle() {
-        let (plan, _) = step(s, now);
-        assert!(!plan.is_empty(), "stuck: work left but nothing planned");
-        now += dt;
-        n += 1;
-        assert!(n < 100_000, "no progress");
-    }
-    n
 }
 
 #[test]
@@ -169,130 +156,6 @@ fn oversized_whole_prompt_waits_for_decoders_until_it_starves() {
         "starving: read whole, alone"
     );
     assert_eq!(p.num_decodes(), 1, "the decode still rides along");
-}
-
-fn target_cfg(target_ms: u64) -> SchedulerConfig {
-    SchedulerConfig {
-        max_batched_tokens: 64,
-        itl_target: Some(Duration::from_millis(target_ms)),
-        starvation_after: Duration::from_secs(1000),
-        ..small_cfg()
-    }
-}
-
-#[test]
-fn latency_target_limits_prefill_when_someone_decodes() {
-    // 9.5 ms per step + 1 ms per prompt token + 1 ms per decode: 50 ms fits 38 tokens next
-    // to two decodes (half a token of slack keeps float rounding out of the answer).
-    let cost = CostModel::new([0.0095, 0.001, 0.001, 0.0]);
-    let mut s = Scheduler::with_cost_model(target_cfg(50), cost.clone());
-    s.add(1, prompt(1, 200), 3, 0.0).unwrap();
-    let (p, _) = step(&mut s, 0.0);
-    assert_eq!(
-        p.num_prefill_tokens(),
-        64,
-        "nobody decodes: the full token cap"
-    );
-    let mut s = Scheduler::with_cost_model(target_cfg(50), cost.clone());
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
-    step(&mut s, 0.0);
-    s.add(3, prompt(3, 200), 3, 0.0).unwrap();
-    let (p, _) = step(&mut s, 0.1);
-    assert_eq!((p.num_decodes(), p.num_prefill_tokens()), (2, 38));
-    let predicted = p.predicted_secs.unwrap();
-    assert!(predicted <= 0.050 + 1e-12, "predicted {predicted}");
-    // A looser target gives more, never past the cap.
-    let mut s2 = Scheduler::with_cost_model(target_cfg(500), cost.clone());
-    s2.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    step(&mut s2, 0.0);
-    s2.add(3, prompt(3, 200), 3, 0.0).unwrap();
-    let (p, _) = step(&mut s2, 0.1);
-    assert_eq!(p.num_tokens(), 64);
-}
-
-#[test]
-fn latency_target_follows_the_fitted_model() {
-    let mut s =
-        Scheduler::with_cost_model(target_cfg(50), CostModel::new([0.010, 0.004, 0.001, 0.0]));
-    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
-    step(&mut s, 0.0);
-    s.add(2, prompt(2, 250), 3, 0.0).unwrap();
-    let (p, _) = step(&mut s, 0.1);
-    assert_eq!(p.num_prefill_tokens(), 9, "(50 - 11) / 4 ms per token");
-    // The machine turns out faster: 1 ms per prompt token.
-    for k in 0..40 {
-        let f = StepFeatures {
-            prefill_tokens: k * 3 % 50,
-            decode_seqs: 1 + k % 3,
-            attended_tokens: 0,
-        };
-        let secs = 0.010 + 0.001 * f.prefill_tokens as f64 + 0.001 * f.decode_seqs as f64;
-        s.observe_step(f, secs);
-    }
-    let (p, _) = step(&mut s, 0.2);
-    let n = p.num_prefill_tokens();
-    assert!((36..=39).contains(&n), "refitted budget {n}");
-}
-
-#[test]
-fn tiny_slices_are_not_worth_scheduling_under_a_tight_target() {
-    // 9.5 ms + 2 decodes = 11.5 ms; 15 ms leaves 3 tokens < min_prefill_chunk (4).
-    let cost = CostModel::new([0.0095, 0.001, 0.001, 0.0]);
-    let mut s = Scheduler::with_cost_model(target_cfg(15), cost.clone());
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
-    step(&mut s, 0.0);
-    s.add(3, prompt(3, 100), 3, 0.0).unwrap();
-    let (p, _) = step(&mut s, 0.1);
-    assert_eq!(p.num_prefill_tokens(), 0);
-    // ... unless the whole rest of the prompt is that small.
-    let mut s = Scheduler::with_cost_model(target_cfg(15), cost.clone());
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
-    step(&mut s, 0.0);
-    s.add(4, prompt(4, 3), 3, 0.0).unwrap();
-    let (p, _) = step(&mut s, 0.1);
-    assert_eq!(p.num_prefill_tokens(), 3);
-}
-
-#[test]
-fn starving_prompt_gets_min_chunk_past_the_target() {
-    // Decodes alone exceed the target: prompts only move through the starvation guarantee.
-    let cost = CostModel::new([0.200, 0.001, 0.0, 0.0]);
-    let cfg = SchedulerConfig {
-        itl_target: Some(Duration::from_millis(100)),
-        starvation_after: Duration::from_secs(2),
-        ..small_cfg()
-    };
-    let mut s = Scheduler::with_cost_model(cfg, cost);
-    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
-    step(&mut s, 0.0);
-    s.add(2, prompt(2, 10), 5, 0.5).unwrap();
-    s.add(3, prompt(3, 10), 5, 0.6).unwrap();
-    let mut now = 0.5;
-    while now < 2.45 {
-        let (p, _) = step(&mut s, now);
-        assert_eq!(p.num_prefill_tokens(), 0, "at {now}: not starving yet");
-        now += 0.1;
-    }
-    // From 2.5 s on prompt 2 gets 4 tokens a step; prompt 3 (starving from 2.6 s) waits
-    // its turn: one guaranteed slice per step.
-    let (p, _) = step(&mut s, 2.5);
-    assert_eq!(p.chunk(2).map(|c| c.len), Some(4));
-    assert_eq!(s.sequence(2).unwrap().first_scheduled, Some(2.5));
-    let (p, _) = step(&mut s, 2.7);
-    assert_eq!((p.chunk(2).map(|c| c.len), p.chunk(3)), (Some(4), None));
-    let (p, _) = step(&mut s, 2.8);
-    assert_eq!(p.chunk(2).map(|c| (c.len, c.sample)), Some((2, true)));
-    let (p, _) = step(&mut s, 2.9);
-    assert_eq!(
-        p.chunk(3).map(|c| c.len),
-        Some(4),
-        "then the next starving prompt"
-    );
-    assert_eq!(p.num_decodes(), 2);
-    drain(&mut s, 3.0, 0.1);
 }
 
 #[test]
@@ -510,47 +373,6 @@ fn features_of_a_plan_count_attention() {
             attended_tokens: 4 + 10
         }
     );
-}
-
-#[test]
-fn a_long_prompt_gets_through_a_steady_stream_of_decodes_and_arrivals() {
-    // Three decodes alone (90 ms + 3 x 5 ms) exceed the 100 ms target, and a short request
-    // arrives behind the long prompt every step.
-    let cost = CostModel::new([0.090, 0.001, 0.005, 0.0]);
-    let cfg = SchedulerConfig {
-        max_num_seqs: 8,
-        max_batched_tokens: 64,
-        max_waiting: 64,
-        num_blocks: 256,
-        itl_target: Some(Duration::from_millis(100)),
-        starvation_after: Duration::from_secs(1),
-        min_prefill_chunk: 8,
-        ..small_cfg()
-    };
-    let mut s = Scheduler::with_cost_model(cfg, cost);
-    for id in 0..3 {
-        s.add(id, prompt(id, 2), 200, 0.0).unwrap();
-    }
-    step(&mut s, 0.0);
-    s.add(99, prompt(99, 100), 1, 0.0).unwrap();
-    let mut now = 0.1;
-    let mut next_id = 1000;
-    loop {
-        s.add(next_id, prompt(next_id, 2), 5, now).unwrap();
-        next_id += 1;
-        let (p, done) = step(&mut s, now);
-        assert_eq!(p.num_decodes(), 3, "the streams never stop");
-        if done.contains(&99) {
-            break;
-        }
-        now += 0.1;
-        assert!(
-            now < 1.0 + 0.1 * (100.0 / 8.0 + 2.0),
-            "long prompt starved at {now}"
-        );
-    }
-    println!("long prompt's first token at {now:.1} s");
-    assert!(now >= 1.0, "it only moved through the starvation guarantee");
 }
 
 #[test]

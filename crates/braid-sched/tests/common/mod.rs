@@ -136,3 +136,16 @@ pub fn assert_generated_tokens(seq: &braid_sched::Sequence) {
         );
     }
 }
+
+/// Drives steps (time advancing `dt` per step) until idle; returns the steps taken.
+pub fn drain(s: &mut Scheduler, mut now: f64, dt: f64) -> usize {
+    let mut n = 0;
+    while !s.is_idle() {
+        let (plan, _) = step(s, now);
+        assert!(!plan.is_empty(), "stuck: work left but nothing planned");
+        now += dt;
+        n += 1;
+        assert!(n < 100_000, "no progress");
+    }
+    n
+}
