@@ -1,1 +1,217 @@
-fn main() {}
+//! The `braid` command line: serving, the model's own tools, and the benchmarks.
+
+use anyhow::Context;
+use braid_model::generate::{generate, GenerateOptions};
+use braid_model::{ChatMessage, IncrementalDecoder, LoadedModel, SamplingParams};
+use clap::{Args, Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "braid",
+    version,
+    about = "A CPU inference server that braids prompt reading into every decode step"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the token ids of TEXT as a JSON array.
+    Tokenize {
+        text: String,
+        #[command(flatten)]
+        model: ModelArgs,
+    },
+    /// Stream the continuation of a prompt to stdout.
+    Generate {
+        #[arg(long)]
+        prompt: String,
+        #[command(flatten)]
+        gen: GenArgs,
+    },
+    /// Answer one chat message, using the model's chat template; stops at end of turn.
+    Chat {
+        message: String,
+        /// Optional system message (the template's default is used otherwise).
+        #[arg(long)]
+        system: Option<String>,
+        #[command(flatten)]
+        gen: GenArgs,
+    },
+    /// Load-test any OpenAI-compatible server (braid, llama.cpp's llama-server, vLLM).
+    Bench(braid_bench::BenchArgs),
+    /// The engine alone: prefill tokens/s for one prompt and decode tokens/s for N sequences.
+    BenchEngine {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Prompt length for the prefill measurement.
+        #[arg(long, default_value_t = 512)]
+        prompt_tokens: usize,
+        /// Sequences decoding together.
+        #[arg(long, value_delimiter = ',', default_values_t = vec![1, 4, 16, 32])]
+        batch: Vec<usize>,
+        /// Context each decoding sequence already holds.
+        #[arg(long, default_value_t = 128)]
+        context: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// A llama-architecture GGUF file.
+    #[arg(long, env = "BRAID_MODEL", default_value = braid_model::DEFAULT_MODEL_PATH)]
+    model: PathBuf,
+    /// Compute threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+struct GenArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long)]
+    seed: Option<u64>,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+}
+
+impl ModelArgs {
+    fn load(&self) -> anyhow::Result<LoadedModel> {
+        init_threads(self.threads)?;
+        Ok(LoadedModel::load(&self.model)?)
+    }
+}
+
+fn init_threads(threads: Option<usize>) -> anyhow::Result<()> {
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("braid-compute-{i}"))
+        .build_global()
+        .context("starting the compute threads")
+}
+
+fn stream(m: &LoadedModel, prompt: &[u32], gen: &GenArgs) -> anyhow::Result<()> {
+    let opts = GenerateOptions {
+        max_tokens: gen.max_tokens,
+        params: SamplingParams {
+            temperature: gen.temperature,
+            seed: gen.seed,
+            top_k: gen.top_k,
+            top_p: gen.top_p,
+            ..Default::default()
+        },
+        prefill_chunk: 0,
+        stop_at_eos: true,
+    };
+    let mut dec = IncrementalDecoder::default();
+    let mut out = std::io::stdout().lock();
+    let mut io_error = None;
+    generate(m, prompt, &opts, |id| {
+        let piece = dec.push(&m.tokenizer, id, true);
+        match out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                io_error = Some(e);
+                false
+            }
+        }
+    })?;
+    if let Some(e) = io_error {
+        return Err(e.into());
+    }
+    writeln!(out, "{}", dec.finish())?;
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("braid: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Tokenize { text, model } => {
+            let m = model.load()?;
+            println!("{}", serde_json::to_string(&m.tokenizer.encode(&text)?)?);
+        }
+        Command::Generate { prompt, gen } => {
+            let m = gen.model.load()?;
+            let ids = m.tokenizer.encode(&prompt)?;
+            stream(&m, &ids, &gen)?;
+        }
+        Command::Chat {
+            message,
+            system,
+            gen,
+        } => {
+            let m = gen.model.load()?;
+            let mut messages = Vec::new();
+            if let Some(system) = system {
+                messages.push(ChatMessage {
+                    role: "system".into(),
+                    content: system,
+                });
+            }
+            messages.push(ChatMessage {
+                role: "user".into(),
+                content: message,
+            });
+            let ids = m
+                .tokenizer
+                .encode(&m.chat_template.render(&messages, true)?)?;
+            stream(&m, &ids, &gen)?;
+        }
+        Command::Bench(args) => {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(braid_bench::run(args))?;
+        }
+        Command::BenchEngine {
+            model,
+            prompt_tokens,
+            batch,
+            context,
+            json,
+        } => {
+            let m = model.load()?;
+            let opts = braid_model::engine_bench::EngineBenchOptions {
+                prompt_tokens,
+                batch_sizes: batch,
+                context,
+                ..Default::default()
+            };
+            let report = braid_model::engine_bench::run(&m, &opts)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -22,13 +22,22 @@ pub struct ModelConfig {
 
 impl ModelConfig {
     pub fn from_gguf(ct: &Content, path: &Path) -> Result<Self> {
-        let unsupported = |reason: String| ModelError::Unsupported { path: path.to_path_buf(), reason };
+        let unsupported = |reason: String| ModelError::Unsupported {
+            path: path.to_path_buf(),
+            reason,
+        };
         let arch = match ct.metadata.get("general.architecture") {
             Some(Value::String(s)) => s.clone(),
-            _ => return Err(unsupported("no general.architecture in its metadata".into())),
+            _ => {
+                return Err(unsupported(
+                    "no general.architecture in its metadata".into(),
+                ))
+            }
         };
         if arch != "llama" {
-            return Err(unsupported(format!("architecture `{arch}`; braid runs `llama` models")));
+            return Err(unsupported(format!(
+                "architecture `{arch}`; braid runs `llama` models"
+            )));
         }
         let int = |key: &str| -> Result<usize> {
             let full = format!("{arch}.{key}");
@@ -39,17 +48,28 @@ impl ModelConfig {
                 .ok_or_else(|| unsupported(format!("metadata key `{full}` is missing")))
         };
         let float = |key: &str, default: f32| -> f32 {
-            ct.metadata.get(&format!("{arch}.{key}")).and_then(|v| v.to_f32().ok()).unwrap_or(default)
+            ct.metadata
+                .get(&format!("{arch}.{key}"))
+                .and_then(|v| v.to_f32().ok())
+                .unwrap_or(default)
         };
         let hidden = int("embedding_length")?;
         let num_heads = int("attention.head_count")?;
         let num_kv_heads = int("attention.head_count_kv").unwrap_or(num_heads);
-        if num_heads == 0 || hidden % num_heads != 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
-            return Err(unsupported(format!("{num_heads} heads / {num_kv_heads} KV heads for width {hidden}")));
+        if num_heads == 0
+            || hidden % num_heads != 0
+            || num_kv_heads == 0
+            || num_heads % num_kv_heads != 0
+        {
+            return Err(unsupported(format!(
+                "{num_heads} heads / {num_kv_heads} KV heads for width {hidden}"
+            )));
         }
         let head_dim = hidden / num_heads;
         if head_dim % 2 != 0 || hidden % 32 != 0 {
-            return Err(unsupported(format!("width {hidden} / head size {head_dim} (need multiples of 32 and 2)")));
+            return Err(unsupported(format!(
+                "width {hidden} / head size {head_dim} (need multiples of 32 and 2)"
+            )));
         }
         let vocab_size = match int("vocab_size") {
             Ok(v) => v,
@@ -63,7 +83,11 @@ impl ModelConfig {
                 .metadata
                 .get("general.name")
                 .and_then(|v| v.to_string().ok().cloned())
-                .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
+                .unwrap_or_else(|| {
+                    path.file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                }),
             num_layers: int("block_count")?,
             hidden,
             ffn: int("feed_forward_length")?,

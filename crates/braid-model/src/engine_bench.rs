@@ -16,7 +16,13 @@ pub struct EngineBenchOptions {
 
 impl Default for EngineBenchOptions {
     fn default() -> Self {
-        Self { prompt_tokens: 512, batch_sizes: vec![1, 4, 16, 32], context: 128, decode_steps: 32, repeats: 3 }
+        Self {
+            prompt_tokens: 512,
+            batch_sizes: vec![1, 4, 16, 32],
+            context: 128,
+            decode_steps: 32,
+            repeats: 3,
+        }
     }
 }
 
@@ -49,7 +55,16 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
     let mut prefill = Vec::new();
     for _ in 0..opts.repeats.max(1) {
         let t = Instant::now();
-        m.model.forward(&[BatchEntry { tokens: &prompt, start: 0, block_table: &table, sample: true }], &mut kv, &mut ws)?;
+        m.model.forward(
+            &[BatchEntry {
+                tokens: &prompt,
+                start: 0,
+                block_table: &table,
+                sample: true,
+            }],
+            &mut kv,
+            &mut ws,
+        )?;
         prefill.push(opts.prompt_tokens as f64 / t.elapsed().as_secs_f64());
     }
 
@@ -57,10 +72,21 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
     for &n in &opts.batch_sizes {
         let per = (opts.context + opts.decode_steps).div_ceil(bs);
         let mut kv = KvPool::new(cfg, bs, per * n);
-        let tables: Vec<Vec<u32>> = (0..n).map(|s| (0..per as u32).map(|b| (s * per) as u32 + b).collect()).collect();
+        let tables: Vec<Vec<u32>> = (0..n)
+            .map(|s| (0..per as u32).map(|b| (s * per) as u32 + b).collect())
+            .collect();
         let ctx: Vec<u32> = (0..opts.context).map(token).collect();
         for tbl in &tables {
-            m.model.forward(&[BatchEntry { tokens: &ctx, start: 0, block_table: tbl, sample: false }], &mut kv, &mut ws)?;
+            m.model.forward(
+                &[BatchEntry {
+                    tokens: &ctx,
+                    start: 0,
+                    block_table: tbl,
+                    sample: false,
+                }],
+                &mut kv,
+                &mut ws,
+            )?;
         }
         let toks: Vec<u32> = (0..n).map(token).collect();
         let mut steps = Vec::new();
@@ -68,7 +94,12 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         let t0 = Instant::now();
         for step in 0..opts.decode_steps {
             let entries: Vec<BatchEntry> = (0..n)
-                .map(|s| BatchEntry { tokens: &toks[s..s + 1], start: opts.context + step, block_table: &tables[s], sample: true })
+                .map(|s| BatchEntry {
+                    tokens: &toks[s..s + 1],
+                    start: opts.context + step,
+                    block_table: &tables[s],
+                    sample: true,
+                })
                 .collect();
             let t = Instant::now();
             m.model.forward(&entries, &mut kv, &mut ws)?;
@@ -91,10 +122,23 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
 
 impl std::fmt::Display for EngineBenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        writeln!(f, "kernel {} · {} threads · {:.1} MB of packed weights", self.kernel, self.threads, self.weight_bytes as f64 / 1e6)?;
-        writeln!(f, "prefill (one prompt)        {:8.1} tokens/s", self.prefill_tokens_per_sec)?;
+        writeln!(
+            f,
+            "kernel {} · {} threads · {:.1} MB of packed weights",
+            self.kernel,
+            self.threads,
+            self.weight_bytes as f64 / 1e6
+        )?;
+        writeln!(
+            f,
+            "prefill (one prompt)        {:8.1} tokens/s",
+            self.prefill_tokens_per_sec
+        )?;
         for (n, rate, step) in &self.decode {
-            writeln!(f, "decode {n:>2} sequences        {rate:8.1} tokens/s   step p50 {step:6.2} ms")?;
+            writeln!(
+                f,
+                "decode {n:>2} sequences        {rate:8.1} tokens/s   step p50 {step:6.2} ms"
+            )?;
         }
         Ok(())
     }

@@ -7,7 +7,10 @@ pub enum ModelError {
     #[error("model file {path} does not exist; run scripts/fetch-model.sh to fetch the default model, or pass --model PATH to a llama-architecture GGUF")]
     FileMissing { path: PathBuf },
     #[error("cannot read model file {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("model file {path} is not a readable GGUF ({reason}); it may be truncated or corrupt: delete it and run scripts/fetch-model.sh again")]
     Corrupt { path: PathBuf, reason: String },
     #[error("model file {path} is not supported: {reason}")]
@@ -23,3 +26,12 @@ pub enum ModelError {
 }
 
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// A candle error's message without the backtrace candle attaches when RUST_BACKTRACE is set:
+/// users need the reason, not our stack.
+pub fn candle_message(e: candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => candle_message(*inner),
+        other => other.to_string(),
+    }
+}

@@ -17,20 +17,33 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { max_tokens: 16, params: SamplingParams::greedy(), prefill_chunk: 0, stop_at_eos: true }
+        Self {
+            max_tokens: 16,
+            params: SamplingParams::greedy(),
+            prefill_chunk: 0,
+            stop_at_eos: true,
+        }
     }
 }
 
 /// Generates up to `max_tokens` after `prompt`, calling `on_token` with each new id; it returns
 /// false to stop early. Returns the generated ids.
-pub fn generate(m: &LoadedModel, prompt: &[u32], opts: &GenerateOptions, mut on_token: impl FnMut(u32) -> bool) -> Result<Vec<u32>> {
+pub fn generate(
+    m: &LoadedModel,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    mut on_token: impl FnMut(u32) -> bool,
+) -> Result<Vec<u32>> {
     let cfg = m.config();
     let total = prompt.len() + opts.max_tokens;
     if prompt.is_empty() {
         return Err(ModelError::InvalidBatch("the prompt is empty".into()));
     }
     if total > cfg.context_length {
-        return Err(ModelError::ContextOverflow { len: total, max: cfg.context_length });
+        return Err(ModelError::ContextOverflow {
+            len: total,
+            max: cfg.context_length,
+        });
     }
     let block_size = 16;
     let blocks = total.div_ceil(block_size);
@@ -39,12 +52,21 @@ pub fn generate(m: &LoadedModel, prompt: &[u32], opts: &GenerateOptions, mut on_
     let mut ws = Workspace::default();
     let mut sampler = Sampler::new(opts.params.clone(), prompt);
 
-    let chunk = if opts.prefill_chunk == 0 { prompt.len() } else { opts.prefill_chunk };
+    let chunk = if opts.prefill_chunk == 0 {
+        prompt.len()
+    } else {
+        opts.prefill_chunk
+    };
     let mut start = 0;
     let mut logits = Vec::new();
     while start < prompt.len() {
         let end = (start + chunk).min(prompt.len());
-        let entry = BatchEntry { tokens: &prompt[start..end], start, block_table: &table, sample: end == prompt.len() };
+        let entry = BatchEntry {
+            tokens: &prompt[start..end],
+            start,
+            block_table: &table,
+            sample: end == prompt.len(),
+        };
         let out = m.model.forward(&[entry], &mut kv, &mut ws)?;
         if entry.sample {
             logits = out.to_vec();
@@ -62,7 +84,12 @@ pub fn generate(m: &LoadedModel, prompt: &[u32], opts: &GenerateOptions, mut on_
         if generated.len() == opts.max_tokens {
             break;
         }
-        let entry = BatchEntry { tokens: std::slice::from_ref(&token), start: pos, block_table: &table, sample: true };
+        let entry = BatchEntry {
+            tokens: std::slice::from_ref(&token),
+            start: pos,
+            block_table: &table,
+            sample: true,
+        };
         logits = m.model.forward(&[entry], &mut kv, &mut ws)?.to_vec();
         pos += 1;
     }

@@ -166,7 +166,11 @@ fn has_vnni() -> bool {
 /// `out[m][n] = Σ_k x[m][k] · w[n][k]` for all rows of `x`, split across the rayon pool by output tiles.
 pub fn matmul(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
     let (m, n) = (x.m, w.n);
-    assert_eq!(x.k_blocks * BLOCK, w.k, "activation width does not match the weight");
+    assert_eq!(
+        x.k_blocks * BLOCK,
+        w.k,
+        "activation width does not match the weight"
+    );
     assert!(out.len() >= m * n);
     if m == 0 {
         return;
@@ -199,7 +203,12 @@ struct SendPtr(*mut f32);
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
-fn reference_tiles(x: &QuantizedRows, w: &PackedWeight, tiles: std::ops::Range<usize>, out: &mut [f32]) {
+fn reference_tiles(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
     let (m, n, kbs) = (x.m, w.n, x.k_blocks);
     for t in tiles {
         for row in 0..m {
@@ -240,7 +249,11 @@ mod vnni {
         for t in tiles {
             let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
             let valid = TILE_N.min(n - t * TILE_N);
-            let mask: __mmask16 = if valid == TILE_N { 0xFFFF } else { (1u16 << valid) - 1 };
+            let mask: __mmask16 = if valid == TILE_N {
+                0xFFFF
+            } else {
+                (1u16 << valid) - 1
+            };
             let mut row = 0;
             while row + MR <= m {
                 rows_tile::<MR>(x, tile_row, row, kbs, out, n, t, mask);
@@ -268,7 +281,8 @@ mod vnni {
         let mut facc = [_mm512_setzero_ps(); R];
         let qs = x.qs.as_ptr();
         for (kb, tile) in tile_row.iter().enumerate() {
-            let wscale = _mm512_cvtph_ps(_mm256_loadu_si256(tile.scales.as_ptr() as *const __m256i));
+            let wscale =
+                _mm512_cvtph_ps(_mm256_loadu_si256(tile.scales.as_ptr() as *const __m256i));
             let mut iacc = [_mm512_setzero_si512(); R];
             for g in 0..BLOCK / 4 {
                 let wv = _mm512_load_si512(tile.qs[g].as_ptr() as *const __m512i);
@@ -315,7 +329,13 @@ mod tests {
 
     #[test]
     fn kernel_matches_reference_and_f32() {
-        for &(m, n, k) in &[(1, 16, 32), (3, 40, 64), (9, 960, 576), (17, 576, 1536), (64, 48, 96)] {
+        for &(m, n, k) in &[
+            (1, 16, 32),
+            (3, 40, 64),
+            (9, 960, 576),
+            (17, 576, 1536),
+            (64, 48, 96),
+        ] {
             let w = random(n * k, 1);
             let x = random(m * k, 2);
             let packed = PackedWeight::from_f32(&w, n, k);
@@ -327,10 +347,20 @@ mod tests {
             matmul_reference(&q, &packed, &mut slow);
             let exact = f32_matmul(&x, &w, m, n, k);
             for i in 0..m * n {
-                assert!((fast[i] - slow[i]).abs() <= 1e-4 * (1.0 + slow[i].abs()), "{m}x{n}x{k} [{i}]: {} vs {}", fast[i], slow[i]);
+                assert!(
+                    (fast[i] - slow[i]).abs() <= 1e-4 * (1.0 + slow[i].abs()),
+                    "{m}x{n}x{k} [{i}]: {} vs {}",
+                    fast[i],
+                    slow[i]
+                );
                 // 8-bit weights and activations: error grows like sqrt(k) * step².
                 let tol = 0.02 * (k as f32).sqrt() / 4.0;
-                assert!((fast[i] - exact[i]).abs() < tol, "{m}x{n}x{k} [{i}]: {} vs f32 {}", fast[i], exact[i]);
+                assert!(
+                    (fast[i] - exact[i]).abs() < tol,
+                    "{m}x{n}x{k} [{i}]: {} vs f32 {}",
+                    fast[i],
+                    exact[i]
+                );
             }
         }
     }
@@ -349,7 +379,11 @@ mod tests {
             one.quantize(&x[row * k..(row + 1) * k], 1, k);
             let mut out = vec![0f32; n];
             matmul(&one, &w, &mut out);
-            assert_eq!(out, all[row * n..(row + 1) * n], "row {row} differs when batched");
+            assert_eq!(
+                out,
+                all[row * n..(row + 1) * n],
+                "row {row} differs when batched"
+            );
         }
     }
 

@@ -45,7 +45,9 @@ pub struct LoadedModel {
 impl LoadedModel {
     pub fn load(path: &Path) -> Result<Self> {
         if !path.exists() {
-            return Err(ModelError::FileMissing { path: path.to_path_buf() });
+            return Err(ModelError::FileMissing {
+                path: path.to_path_buf(),
+            });
         }
         let ct = read_content(path)?;
         let config = ModelConfig::from_gguf(&ct, path)?;
@@ -53,7 +55,11 @@ impl LoadedModel {
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(ModelError::Unsupported {
                 path: path.to_path_buf(),
-                reason: format!("tokenizer has {} tokens, model {}", tokenizer.vocab_size(), config.vocab_size),
+                reason: format!(
+                    "tokenizer has {} tokens, model {}",
+                    tokenizer.vocab_size(),
+                    config.vocab_size
+                ),
             });
         }
         let special = |key: &str| {
@@ -64,12 +70,20 @@ impl LoadedModel {
                 .unwrap_or_default()
         };
         let chat_template = ChatTemplate::new(
-            ct.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).map(String::as_str),
+            ct.metadata
+                .get("tokenizer.chat_template")
+                .and_then(|v| v.to_string().ok())
+                .map(String::as_str),
             special("tokenizer.ggml.bos_token_id"),
             special("tokenizer.ggml.eos_token_id"),
         )?;
         let weights = weights::load(&ct, path, &config)?;
-        Ok(Self { path: path.to_path_buf(), model: Model::new(config, weights), tokenizer, chat_template })
+        Ok(Self {
+            path: path.to_path_buf(),
+            model: Model::new(config, weights),
+            tokenizer,
+            chat_template,
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -78,14 +92,28 @@ impl LoadedModel {
 }
 
 fn read_content(path: &Path) -> Result<Content> {
-    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut magic = [0u8; 4];
     use std::io::Read;
     if file.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
-        return Err(ModelError::Corrupt { path: path.to_path_buf(), reason: "it does not start with the GGUF magic".into() });
+        return Err(ModelError::Corrupt {
+            path: path.to_path_buf(),
+            reason: "it does not start with the GGUF magic".into(),
+        });
     }
     let mut reader = std::io::BufReader::new(file);
     use std::io::Seek;
-    reader.seek(std::io::SeekFrom::Start(0)).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-    Content::read(&mut reader).map_err(|e| ModelError::Corrupt { path: path.to_path_buf(), reason: e.to_string() })
+    reader
+        .seek(std::io::SeekFrom::Start(0))
+        .map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Content::read(&mut reader).map_err(|e| ModelError::Corrupt {
+        path: path.to_path_buf(),
+        reason: error::candle_message(e),
+    })
 }

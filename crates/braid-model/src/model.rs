@@ -54,7 +54,11 @@ unsafe impl Send for SendPtr {}
 impl Model {
     pub fn new(config: ModelConfig, weights: Weights) -> Self {
         let rope = Rope::new(config.head_dim, config.context_length, config.rope_base);
-        Self { config, weights, rope }
+        Self {
+            config,
+            weights,
+            rope,
+        }
     }
 
     fn check(&self, batch: &[BatchEntry], kv: &KvPool) -> Result<()> {
@@ -64,7 +68,10 @@ impl Model {
                 return Err(ModelError::InvalidBatch(format!("entry {i} has no tokens")));
             }
             if end > self.config.context_length {
-                return Err(ModelError::ContextOverflow { len: end, max: self.config.context_length });
+                return Err(ModelError::ContextOverflow {
+                    len: end,
+                    max: self.config.context_length,
+                });
             }
             if e.block_table.len() * kv.block_size() < end {
                 return Err(ModelError::InvalidBatch(format!(
@@ -72,11 +79,23 @@ impl Model {
                     e.block_table.len()
                 )));
             }
-            if let Some(&b) = e.block_table.iter().find(|&&b| b as usize >= kv.num_blocks()) {
-                return Err(ModelError::InvalidBatch(format!("entry {i}: block {b} is outside the pool")));
+            if let Some(&b) = e
+                .block_table
+                .iter()
+                .find(|&&b| b as usize >= kv.num_blocks())
+            {
+                return Err(ModelError::InvalidBatch(format!(
+                    "entry {i}: block {b} is outside the pool"
+                )));
             }
-            if let Some(&t) = e.tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
-                return Err(ModelError::InvalidBatch(format!("entry {i}: token id {t} is outside the vocabulary")));
+            if let Some(&t) = e
+                .tokens
+                .iter()
+                .find(|&&t| t as usize >= self.config.vocab_size)
+            {
+                return Err(ModelError::InvalidBatch(format!(
+                    "entry {i}: token id {t} is outside the vocabulary"
+                )));
             }
         }
         Ok(())
@@ -84,7 +103,12 @@ impl Model {
 
     /// Runs the step and returns the logits of the sampled entries, in batch order,
     /// `vocab_size` floats each.
-    pub fn forward<'w>(&self, batch: &[BatchEntry], kv: &mut KvPool, ws: &'w mut Workspace) -> Result<&'w [f32]> {
+    pub fn forward<'w>(
+        &self,
+        batch: &[BatchEntry],
+        kv: &mut KvPool,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32]> {
         self.check(batch, kv)?;
         let c = &self.config;
         let (h, f, d) = (c.hidden, c.ffn, c.head_dim);
@@ -101,7 +125,9 @@ impl Model {
         ws.proj.resize(t * h, 0.0);
 
         for (row, &tok) in batch.iter().flat_map(|e| e.tokens).enumerate() {
-            self.weights.embedding.dequantize_row(tok as usize, &mut ws.x[row * h..(row + 1) * h]);
+            self.weights
+                .embedding
+                .dequantize_row(tok as usize, &mut ws.x[row * h..(row + 1) * h]);
         }
 
         for (li, layer) in self.weights.layers.iter().enumerate() {
@@ -167,7 +193,14 @@ impl Model {
         Ok(&ws.logits[..s * c.vocab_size])
     }
 
-    fn attention(&self, batch: &[BatchEntry], layer: usize, kv: &KvPool, ws: &mut Workspace, qkv_w: usize) {
+    fn attention(
+        &self,
+        batch: &[BatchEntry],
+        layer: usize,
+        kv: &KvPool,
+        ws: &mut Workspace,
+        qkv_w: usize,
+    ) {
         let c = &self.config;
         let (h, d) = (c.hidden, c.head_dim);
         let group = c.num_heads / c.num_kv_heads;
@@ -177,7 +210,14 @@ impl Model {
             for head in 0..c.num_heads {
                 tasks.push((
                     row,
-                    HeadTask { layer, block_table: e.block_table, start: e.start, rows: e.tokens.len(), head, kv_head: head / group },
+                    HeadTask {
+                        layer,
+                        block_table: e.block_table,
+                        start: e.start,
+                        rows: e.tokens.len(),
+                        head,
+                        kv_head: head / group,
+                    },
                 ));
             }
             row += e.tokens.len();
@@ -186,18 +226,20 @@ impl Model {
         let out = SendPtr(ws.attn.as_mut_ptr());
         // Large prompt slices first, so the two cores finish together.
         tasks.sort_by_key(|(_, t)| std::cmp::Reverse(t.rows * (t.start + t.rows)));
-        tasks.par_iter().for_each_init(Vec::new, |scores, (row0, task)| {
-            let (qkv, out) = (&qkv, &out);
-            // SAFETY: each task reads its own query rows and writes its own (rows, head) slots.
-            attend_head(
-                kv,
-                task,
-                d,
-                scores,
-                |i| unsafe { qkv.0.add((row0 + i) * qkv_w + task.head * d) as *const f32 },
-                |i| unsafe { out.0.add((row0 + i) * h + task.head * d) },
-            );
-        });
+        tasks
+            .par_iter()
+            .for_each_init(Vec::new, |scores, (row0, task)| {
+                let (qkv, out) = (&qkv, &out);
+                // SAFETY: each task reads its own query rows and writes its own (rows, head) slots.
+                attend_head(
+                    kv,
+                    task,
+                    d,
+                    scores,
+                    |i| unsafe { qkv.0.add((row0 + i) * qkv_w + task.head * d) as *const f32 },
+                    |i| unsafe { out.0.add((row0 + i) * h + task.head * d) },
+                );
+            });
     }
 }
 

@@ -26,7 +26,10 @@ impl Rope {
 
     /// Rotates every head of `x` (heads laid end to end) for position `pos`.
     pub fn apply(&self, x: &mut [f32], pos: usize) {
-        let (cos, sin) = (&self.cos[pos * self.half..][..self.half], &self.sin[pos * self.half..][..self.half]);
+        let (cos, sin) = (
+            &self.cos[pos * self.half..][..self.half],
+            &self.sin[pos * self.half..][..self.half],
+        );
         for head in x.chunks_exact_mut(2 * self.half) {
             for i in 0..self.half {
                 let (a, b) = (head[2 * i], head[2 * i + 1]);

@@ -45,7 +45,10 @@ impl Default for SamplingParams {
 
 impl SamplingParams {
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, ..Self::default() }
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
     }
 
     pub fn is_greedy(&self) -> bool {
@@ -79,8 +82,19 @@ impl Sampler {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_os_rng(),
         };
-        let seen = if params.repetition_penalty != 1.0 { prompt.iter().copied().collect() } else { Default::default() };
-        Self { params, rng, output_counts: HashMap::new(), seen, scratch: Vec::new(), adjusted: Vec::new() }
+        let seen = if params.repetition_penalty != 1.0 {
+            prompt.iter().copied().collect()
+        } else {
+            Default::default()
+        };
+        Self {
+            params,
+            rng,
+            output_counts: HashMap::new(),
+            seen,
+            scratch: Vec::new(),
+            adjusted: Vec::new(),
+        }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -95,7 +109,11 @@ impl Sampler {
         if p.repetition_penalty != 1.0 {
             for &t in &self.seen {
                 if let Some(l) = self.adjusted.get_mut(t as usize) {
-                    *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+                    *l = if *l > 0.0 {
+                        *l / p.repetition_penalty
+                    } else {
+                        *l * p.repetition_penalty
+                    };
                 }
             }
         }
@@ -106,7 +124,11 @@ impl Sampler {
                 }
             }
         }
-        let token = if p.is_greedy() { argmax(&self.adjusted) } else { self.draw() };
+        let token = if p.is_greedy() {
+            argmax(&self.adjusted)
+        } else {
+            self.draw()
+        };
 
         let (logprob, top) = match p.logprobs {
             Some(n) => {
@@ -119,12 +141,19 @@ impl Sampler {
         if p.repetition_penalty != 1.0 {
             self.seen.insert(token);
         }
-        Sampled { token, logprob, top }
+        Sampled {
+            token,
+            logprob,
+            top,
+        }
     }
 
     fn draw(&mut self) -> u32 {
         let p = &self.params;
-        let max = self.adjusted.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+        let max = self
+            .adjusted
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &l| m.max(l));
         let inv_t = 1.0 / p.temperature;
         let cands = &mut self.scratch;
         cands.clear();
@@ -185,7 +214,12 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-fn log_softmax_top(logits: &[f32], token: u32, n: usize, scratch: &mut Vec<(f32, u32)>) -> (f32, Vec<(u32, f32)>) {
+fn log_softmax_top(
+    logits: &[f32],
+    token: u32,
+    n: usize,
+    scratch: &mut Vec<(f32, u32)>,
+) -> (f32, Vec<(u32, f32)>) {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
     let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
     let lp = logits[token as usize] - lse;
@@ -218,21 +252,57 @@ mod tests {
 
     #[test]
     fn same_seed_same_draws_different_seed_differs() {
-        let params = SamplingParams { temperature: 1.5, seed: Some(7), ..Default::default() };
+        let params = SamplingParams {
+            temperature: 1.5,
+            seed: Some(7),
+            ..Default::default()
+        };
         let draw = |p: &SamplingParams| {
             let mut s = Sampler::new(p.clone(), &[]);
-            (0..64).map(|_| s.sample(&logits()).token).collect::<Vec<_>>()
+            (0..64)
+                .map(|_| s.sample(&logits()).token)
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(&params), draw(&params));
-        assert_ne!(draw(&params), draw(&SamplingParams { seed: Some(8), ..params.clone() }));
+        assert_ne!(
+            draw(&params),
+            draw(&SamplingParams {
+                seed: Some(8),
+                ..params.clone()
+            })
+        );
     }
 
     #[test]
     fn top_k_and_top_p_and_min_p_restrict_the_support() {
         let cases = [
-            (SamplingParams { temperature: 5.0, top_k: 2, seed: Some(1), ..Default::default() }, vec![1, 4]),
-            (SamplingParams { temperature: 1.0, top_p: 0.5, seed: Some(2), ..Default::default() }, vec![1, 4]),
-            (SamplingParams { temperature: 1.0, min_p: 0.3, seed: Some(3), ..Default::default() }, vec![1, 2, 4]),
+            (
+                SamplingParams {
+                    temperature: 5.0,
+                    top_k: 2,
+                    seed: Some(1),
+                    ..Default::default()
+                },
+                vec![1, 4],
+            ),
+            (
+                SamplingParams {
+                    temperature: 1.0,
+                    top_p: 0.5,
+                    seed: Some(2),
+                    ..Default::default()
+                },
+                vec![1, 4],
+            ),
+            (
+                SamplingParams {
+                    temperature: 1.0,
+                    min_p: 0.3,
+                    seed: Some(3),
+                    ..Default::default()
+                },
+                vec![1, 2, 4],
+            ),
         ];
         for (params, allowed) in cases {
             let mut s = Sampler::new(params.clone(), &[]);
@@ -242,25 +312,57 @@ mod tests {
                 assert!(allowed.contains(&t), "{params:?} drew {t}");
                 seen.insert(t);
             }
-            assert_eq!(seen.len(), allowed.len(), "{params:?} never drew some allowed token");
+            assert_eq!(
+                seen.len(),
+                allowed.len(),
+                "{params:?} never drew some allowed token"
+            );
         }
     }
 
     #[test]
     fn penalties_move_greedy_away_from_used_tokens() {
-        let mut s = Sampler::new(SamplingParams { presence_penalty: 0.5, ..SamplingParams::greedy() }, &[]);
+        let mut s = Sampler::new(
+            SamplingParams {
+                presence_penalty: 0.5,
+                ..SamplingParams::greedy()
+            },
+            &[],
+        );
         assert_eq!(s.sample(&logits()).token, 1);
-        assert_eq!(s.sample(&logits()).token, 4, "presence penalty should demote token 1");
-        let mut r = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() }, &[1]);
+        assert_eq!(
+            s.sample(&logits()).token,
+            4,
+            "presence penalty should demote token 1"
+        );
+        let mut r = Sampler::new(
+            SamplingParams {
+                repetition_penalty: 2.0,
+                ..SamplingParams::greedy()
+            },
+            &[1],
+        );
         assert_eq!(r.sample(&logits()).token, 4, "3.0 / 2 < 2.9");
-        let mut f = Sampler::new(SamplingParams { frequency_penalty: 0.06, ..SamplingParams::greedy() }, &[]);
+        let mut f = Sampler::new(
+            SamplingParams {
+                frequency_penalty: 0.06,
+                ..SamplingParams::greedy()
+            },
+            &[],
+        );
         let toks: Vec<u32> = (0..4).map(|_| f.sample(&logits()).token).collect();
         assert_eq!(toks, vec![1, 1, 4, 1]);
     }
 
     #[test]
     fn logprobs_are_of_the_raw_distribution() {
-        let mut s = Sampler::new(SamplingParams { logprobs: Some(2), ..SamplingParams::greedy() }, &[]);
+        let mut s = Sampler::new(
+            SamplingParams {
+                logprobs: Some(2),
+                ..SamplingParams::greedy()
+            },
+            &[],
+        );
         let out = s.sample(&logits());
         let l = logits();
         let lse = l.iter().map(|x| x.exp()).sum::<f32>().ln();

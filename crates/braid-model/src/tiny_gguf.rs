@@ -15,7 +15,10 @@ pub const CONTEXT: usize = 512;
 
 /// GPT-2's byte-to-character map, in byte order.
 fn byte_chars() -> Vec<char> {
-    let printable: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut extra = 0;
     (0..=255u32)
         .map(|b| {
@@ -36,8 +39,16 @@ pub fn write(path: &Path, seed: u64) -> candle_core::Result<()> {
     let chars = byte_chars();
     let mut tokens: Vec<String> = SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect();
     tokens.extend(chars.iter().map(|c| c.to_string()));
-    let merges = vec![format!("{} t", chars[b' ' as usize]), "h e".to_string(), "t he".to_string()];
-    tokens.extend([format!("{}t", chars[b' ' as usize]), "he".into(), "the".into()]);
+    let merges = vec![
+        format!("{} t", chars[b' ' as usize]),
+        "h e".to_string(),
+        "t he".to_string(),
+    ];
+    tokens.extend([
+        format!("{}t", chars[b' ' as usize]),
+        "he".into(),
+        "the".into(),
+    ]);
     let vocab = tokens.len();
     let mut types = vec![3i32; SPECIAL_TOKENS.len()];
     types.resize(vocab, 1);
@@ -46,11 +57,22 @@ pub fn write(path: &Path, seed: u64) -> candle_core::Result<()> {
     let kv = kv_heads * (h / heads);
     let dev = Device::Cpu;
     let mut mat = |rows: usize, cols: usize, scale: f32| -> candle_core::Result<QTensor> {
-        let data: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-scale..scale)).collect();
-        QTensor::quantize(&Tensor::from_vec(data, (rows, cols), &dev)?, GgmlDType::Q8_0)
+        let data: Vec<f32> = (0..rows * cols)
+            .map(|_| rng.random_range(-scale..scale))
+            .collect();
+        QTensor::quantize(
+            &Tensor::from_vec(data, (rows, cols), &dev)?,
+            GgmlDType::Q8_0,
+        )
     };
-    let mut tensors: Vec<(String, QTensor)> = vec![("token_embd.weight".into(), mat(vocab, h, 1.0)?)];
-    let ones = |n: usize| QTensor::quantize(&Tensor::ones(n, candle_core::DType::F32, &dev)?, GgmlDType::F32);
+    let mut tensors: Vec<(String, QTensor)> =
+        vec![("token_embd.weight".into(), mat(vocab, h, 1.0)?)];
+    let ones = |n: usize| {
+        QTensor::quantize(
+            &Tensor::ones(n, candle_core::DType::F32, &dev)?,
+            GgmlDType::F32,
+        )
+    };
     tensors.push(("output_norm.weight".into(), ones(h)?));
     for i in 0..LAYERS {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
@@ -82,7 +104,10 @@ pub fn write(path: &Path, seed: u64) -> candle_core::Result<()> {
         ("tokenizer.ggml.model", Value::String("gpt2".into())),
         ("tokenizer.ggml.pre", Value::String("smollm".into())),
         ("tokenizer.ggml.tokens", strings(&tokens)),
-        ("tokenizer.ggml.token_type", Value::Array(types.into_iter().map(Value::I32).collect())),
+        (
+            "tokenizer.ggml.token_type",
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        ),
         ("tokenizer.ggml.merges", strings(&merges)),
         ("tokenizer.ggml.bos_token_id", Value::U32(1)),
         ("tokenizer.ggml.eos_token_id", Value::U32(2)),

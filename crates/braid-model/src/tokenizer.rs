@@ -25,7 +25,10 @@ pub struct Tokenizer {
 
 /// GPT-2's reversible map from bytes to printable characters, inverted: char → byte.
 fn unicode_to_byte() -> std::collections::HashMap<char, u8> {
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut chars: Vec<u32> = printable.clone();
     let mut extra = 0;
     for b in 0..=255u32 {
@@ -45,8 +48,13 @@ fn unicode_to_byte() -> std::collections::HashMap<char, u8> {
 impl Tokenizer {
     pub fn from_gguf(ct: &Content) -> Result<Self> {
         let err = |e: String| ModelError::Tokenizer(e);
-        let mut inner = tokenizers::Tokenizer::from_gguf(ct).map_err(|e| err(e.to_string()))?;
-        let pre = ct.metadata.get("tokenizer.ggml.pre").and_then(|v| v.to_string().ok()).map(String::as_str);
+        let mut inner = tokenizers::Tokenizer::from_gguf(ct)
+            .map_err(|e| err(crate::error::candle_message(e)))?;
+        let pre = ct
+            .metadata
+            .get("tokenizer.ggml.pre")
+            .and_then(|v| v.to_string().ok())
+            .map(String::as_str);
         match pre {
             Some("smollm") | Some("starcoder") | Some("refact") => {
                 let digits: PreTokenizerWrapper = Digits::new(true).into();
@@ -60,11 +68,22 @@ impl Tokenizer {
         }
 
         let tokens: Vec<String> = match ct.metadata.get("tokenizer.ggml.tokens") {
-            Some(Value::Array(a)) => a.iter().map(|v| v.to_string().cloned().unwrap_or_default()).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.to_string().cloned().unwrap_or_default())
+                .collect(),
             _ => return Err(err("tokenizer.ggml.tokens is missing".into())),
         };
         let types: Vec<u32> = match ct.metadata.get("tokenizer.ggml.token_type") {
-            Some(Value::Array(a)) => a.iter().map(|v| v.to_i32().map(|x| x as u32).or_else(|_| v.to_u32()).unwrap_or(1)).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.to_i32()
+                        .map(|x| x as u32)
+                        .or_else(|_| v.to_u32())
+                        .unwrap_or(1)
+                })
+                .collect(),
             _ => vec![1; tokens.len()],
         };
         let map = unicode_to_byte();
@@ -79,7 +98,9 @@ impl Tokenizer {
                 if literal {
                     t.as_bytes().to_vec()
                 } else {
-                    t.chars().map(|c| map.get(&c).copied().unwrap_or(b'?')).collect()
+                    t.chars()
+                        .map(|c| map.get(&c).copied().unwrap_or(b'?'))
+                        .collect()
                 }
             })
             .collect();
@@ -93,12 +114,20 @@ impl Tokenizer {
                 }
             }
         }
-        Ok(Self { inner, token_bytes, special, eos_ids })
+        Ok(Self {
+            inner,
+            token_bytes,
+            special,
+            eos_ids,
+        })
     }
 
     /// Token ids of `text`; special tokens written in the text (`<|im_start|>`) become their single id.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -114,7 +143,9 @@ impl Tokenizer {
     }
 
     pub fn token_bytes(&self, id: u32) -> &[u8] {
-        self.token_bytes.get(id as usize).map_or(&[], |b| b.as_slice())
+        self.token_bytes
+            .get(id as usize)
+            .map_or(&[], |b| b.as_slice())
     }
 
     pub fn is_special(&self, id: u32) -> bool {
@@ -161,7 +192,9 @@ impl IncrementalDecoder {
                 }
                 Err(e) => {
                     let valid = e.valid_up_to();
-                    out.push_str(std::str::from_utf8(&self.pending[..valid]).expect("valid prefix"));
+                    out.push_str(
+                        std::str::from_utf8(&self.pending[..valid]).expect("valid prefix"),
+                    );
                     match e.error_len() {
                         // Incomplete character at the end: hold it for the next token.
                         None => {

@@ -39,9 +39,16 @@ impl Weights {
         let layers: usize = self
             .layers
             .iter()
-            .map(|l| l.qkv.size_in_bytes() + l.attn_out.size_in_bytes() + l.gate_up.size_in_bytes() + l.down.size_in_bytes())
+            .map(|l| {
+                l.qkv.size_in_bytes()
+                    + l.attn_out.size_in_bytes()
+                    + l.gate_up.size_in_bytes()
+                    + l.down.size_in_bytes()
+            })
             .sum();
-        layers + self.embedding.size_in_bytes() + self.output.as_ref().map_or(0, |o| o.size_in_bytes())
+        layers
+            + self.embedding.size_in_bytes()
+            + self.output.as_ref().map_or(0, |o| o.size_in_bytes())
     }
 }
 
@@ -54,11 +61,25 @@ struct Reader<'a> {
 impl Reader<'_> {
     /// A tensor as row-major f32 with its (rows, cols), checked against the expected shape.
     fn f32(&mut self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
-        let bad = |reason: String| ModelError::Corrupt { path: self.path.to_path_buf(), reason };
+        let bad = |reason: String| ModelError::Corrupt {
+            path: self.path.to_path_buf(),
+            reason,
+        };
         if !self.ct.tensor_infos.contains_key(name) {
-            return Err(ModelError::Unsupported { path: self.path.to_path_buf(), reason: format!("tensor `{name}` is missing") });
+            return Err(ModelError::Unsupported {
+                path: self.path.to_path_buf(),
+                reason: format!("tensor `{name}` is missing"),
+            });
         }
-        let qt = self.ct.tensor(&mut self.file, name, &Device::Cpu).map_err(|e| bad(format!("tensor `{name}`: {e}")))?;
+        let qt = self
+            .ct
+            .tensor(&mut self.file, name, &Device::Cpu)
+            .map_err(|e| {
+                bad(format!(
+                    "tensor `{name}`: {}",
+                    crate::error::candle_message(e)
+                ))
+            })?;
         let dims = qt.shape().dims().to_vec();
         let expected: &[usize] = if rows == 1 { &[cols] } else { &[rows, cols] };
         if dims != expected {
@@ -70,7 +91,12 @@ impl Reader<'_> {
         qt.dequantize(&Device::Cpu)
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| bad(format!("tensor `{name}`: {e}")))
+            .map_err(|e| {
+                bad(format!(
+                    "tensor `{name}`: {}",
+                    crate::error::candle_message(e)
+                ))
+            })
     }
 
     fn packed(&mut self, names: &[(&str, usize)], cols: usize) -> Result<PackedWeight> {
@@ -85,8 +111,15 @@ impl Reader<'_> {
 }
 
 pub fn load(ct: &Content, path: &Path, cfg: &ModelConfig) -> Result<Weights> {
-    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-    let mut r = Reader { ct, file: BufReader::new(file), path };
+    let file = File::open(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut r = Reader {
+        ct,
+        file: BufReader::new(file),
+        path,
+    };
     let (h, f) = (cfg.hidden, cfg.ffn);
     let kv = cfg.num_kv_heads * cfg.head_dim;
     let embedding = r.packed(&[("token_embd.weight", cfg.vocab_size)], h)?;
@@ -101,12 +134,20 @@ pub fn load(ct: &Content, path: &Path, cfg: &ModelConfig) -> Result<Weights> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
         layers.push(LayerWeights {
             attn_norm: r.f32(&p("attn_norm"), 1, h)?,
-            qkv: r.packed(&[(&p("attn_q"), h), (&p("attn_k"), kv), (&p("attn_v"), kv)], h)?,
+            qkv: r.packed(
+                &[(&p("attn_q"), h), (&p("attn_k"), kv), (&p("attn_v"), kv)],
+                h,
+            )?,
             attn_out: r.packed(&[(&p("attn_output"), h)], h)?,
             ffn_norm: r.f32(&p("ffn_norm"), 1, h)?,
             gate_up: r.packed(&[(&p("ffn_gate"), f), (&p("ffn_up"), f)], h)?,
             down: r.packed(&[(&p("ffn_down"), h)], f)?,
         });
     }
-    Ok(Weights { embedding, layers, output_norm, output })
+    Ok(Weights {
+        embedding,
+        layers,
+        output_norm,
+        output,
+    })
 }

@@ -22,6 +22,7 @@ pub fn reference() -> serde_json::Value {
     let path = std::env::var("BRAID_REFERENCE")
         .map(PathBuf::from)
         .unwrap_or_else(|_| workspace_root().join("../shared/testdata/smollm2-reference.json"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).expect("reference JSON")
 }

@@ -15,20 +15,32 @@ fn tokenizer_matches_reference_vectors() {
         let want: Vec<u32> = serde_json::from_value(case["ids"].clone()).unwrap();
         let got = m.tokenizer.encode(text).unwrap();
         assert_eq!(got, want, "ids of {text:?}");
-        assert_eq!(m.tokenizer.decode(&got, false), case["roundtrip"].as_str().unwrap(), "round trip of {text:?}");
+        assert_eq!(
+            m.tokenizer.decode(&got, false),
+            case["roundtrip"].as_str().unwrap(),
+            "round trip of {text:?}"
+        );
     }
 }
 
 #[test]
 fn incremental_decoding_never_splits_a_character() {
     let m = real_model();
-    for text in ["日本語のテキスト", "Ελληνικά κείμενο", "مرحبا بالعالم", "emoji 🦀 and ü"] {
+    for text in [
+        "日本語のテキスト",
+        "Ελληνικά κείμενο",
+        "مرحبا بالعالم",
+        "emoji 🦀 and ü",
+    ] {
         let ids = m.tokenizer.encode(text).unwrap();
         let mut dec = braid_model::IncrementalDecoder::default();
         let mut out = String::new();
         for &id in &ids {
             let piece = dec.push(&m.tokenizer, id, true);
-            assert!(!piece.contains('\u{FFFD}'), "{text:?}: piece {piece:?} has a broken character");
+            assert!(
+                !piece.contains('\u{FFFD}'),
+                "{text:?}: piece {piece:?} has a broken character"
+            );
             out.push_str(&piece);
         }
         out.push_str(&dec.finish());
@@ -47,7 +59,12 @@ fn chat_template_matches_reference_byte_for_byte() {
 }
 
 fn greedy(prompt: &[u32], n: usize, chunk: usize) -> Vec<u32> {
-    let opts = GenerateOptions { max_tokens: n, params: SamplingParams::greedy(), prefill_chunk: chunk, stop_at_eos: false };
+    let opts = GenerateOptions {
+        max_tokens: n,
+        params: SamplingParams::greedy(),
+        prefill_chunk: chunk,
+        stop_at_eos: false,
+    };
     generate(real_model(), prompt, &opts, |_| true).unwrap()
 }
 
@@ -58,7 +75,12 @@ fn greedy_continuations_match_the_reference_engine() {
     let mut matched = 0;
     for case in &cases {
         let prompt: Vec<u32> = serde_json::from_value(case["prompt_ids"].clone()).unwrap();
-        assert_eq!(m.tokenizer.encode(case["prompt"].as_str().unwrap()).unwrap(), prompt);
+        assert_eq!(
+            m.tokenizer
+                .encode(case["prompt"].as_str().unwrap())
+                .unwrap(),
+            prompt
+        );
         let want: Vec<u32> = serde_json::from_value(case["greedy_ids"].clone()).unwrap();
         let got = greedy(&prompt, 24, 0);
         let text = m.tokenizer.decode(&got, true);
@@ -66,15 +88,27 @@ fn greedy_continuations_match_the_reference_engine() {
         if got[..8] == want[..8] {
             matched += 1;
         } else {
-            println!("  differs from reference {:?}", case["greedy_text"].as_str().unwrap());
+            println!(
+                "  differs from reference {:?}",
+                case["greedy_text"].as_str().unwrap()
+            );
         }
         // Coherent English: mostly letters and spaces, real words, not one token repeated.
-        let letters = text.chars().filter(|c| c.is_ascii_alphanumeric() || c.is_whitespace()).count();
-        assert!(letters * 10 >= text.chars().count() * 7, "incoherent output {text:?}");
+        let letters = text
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || c.is_whitespace())
+            .count();
+        assert!(
+            letters * 10 >= text.chars().count() * 7,
+            "incoherent output {text:?}"
+        );
         let distinct: std::collections::HashSet<_> = got.iter().collect();
         assert!(distinct.len() >= 6, "degenerate output {text:?}");
     }
-    assert!(matched >= 9, "only {matched}/10 prompts match the reference's first 8 tokens");
+    assert!(
+        matched >= 9,
+        "only {matched}/10 prompts match the reference's first 8 tokens"
+    );
 }
 
 #[test]
@@ -86,7 +120,11 @@ fn chunked_prefill_gives_the_same_continuation() {
         .unwrap();
     let whole = greedy(&prompt, 16, 0);
     for chunk in [1, 3, 16, 64] {
-        assert_eq!(greedy(&prompt, 16, chunk), whole, "prefill in chunks of {chunk}");
+        assert_eq!(
+            greedy(&prompt, 16, chunk),
+            whole,
+            "prefill in chunks of {chunk}"
+        );
     }
 }
 
@@ -105,11 +143,20 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
         "The moon is",
         "Dear Sir or Madam, I am writing to",
     ];
-    let prompts: Vec<Vec<u32>> = texts.iter().map(|t| m.tokenizer.encode(t).unwrap()).collect();
+    let prompts: Vec<Vec<u32>> = texts
+        .iter()
+        .map(|t| m.tokenizer.encode(t).unwrap())
+        .collect();
     let block = 16;
     let per_seq = 4; // blocks: 64 positions each
     let mut kv = KvPool::new(cfg, block, per_seq * texts.len());
-    let tables: Vec<Vec<u32>> = (0..texts.len()).map(|i| (0..per_seq as u32).map(|b| (i * per_seq) as u32 + b).collect()).collect();
+    let tables: Vec<Vec<u32>> = (0..texts.len())
+        .map(|i| {
+            (0..per_seq as u32)
+                .map(|b| (i * per_seq) as u32 + b)
+                .collect()
+        })
+        .collect();
     let mut ws = Workspace::default();
 
     // Sequences 0..4 read their whole prompt first and then decode; 4..8 are still prefilling
@@ -119,39 +166,89 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
         let mut kv1 = KvPool::new(cfg, block, per_seq);
         let t: Vec<u32> = (0..per_seq as u32).collect();
         let mut ws1 = Workspace::default();
-        let l = m.model.forward(&[BatchEntry { tokens: p, start: 0, block_table: &t, sample: true }], &mut kv1, &mut ws1).unwrap().to_vec();
+        let l = m
+            .model
+            .forward(
+                &[BatchEntry {
+                    tokens: p,
+                    start: 0,
+                    block_table: &t,
+                    sample: true,
+                }],
+                &mut kv1,
+                &mut ws1,
+            )
+            .unwrap()
+            .to_vec();
         alone_logits.push((i, l));
     }
     // Step 1: first four prompts whole, next four only a first slice.
     let mut entries = Vec::new();
     for i in 0..8 {
         let len = if i < 4 { prompts[i].len() } else { 2 };
-        entries.push(BatchEntry { tokens: &prompts[i][..len], start: 0, block_table: &tables[i], sample: i < 4 });
+        entries.push(BatchEntry {
+            tokens: &prompts[i][..len],
+            start: 0,
+            block_table: &tables[i],
+            sample: i < 4,
+        });
     }
-    let first = m.model.forward(&entries, &mut kv, &mut ws).unwrap().to_vec();
+    let first = m
+        .model
+        .forward(&entries, &mut kv, &mut ws)
+        .unwrap()
+        .to_vec();
     let v = cfg.vocab_size;
     for i in 0..4 {
-        assert_close(&first[i * v..(i + 1) * v], &alone_logits[i].1, &format!("sequence {i} in step 1"));
+        assert_close(
+            &first[i * v..(i + 1) * v],
+            &alone_logits[i].1,
+            &format!("sequence {i} in step 1"),
+        );
     }
     // Step 2: four decoders (their greedy token) beside the rest of the other prompts.
-    let next: Vec<u32> = (0..4).map(|i| braid_model::sampling::argmax(&first[i * v..(i + 1) * v])).collect();
+    let next: Vec<u32> = (0..4)
+        .map(|i| braid_model::sampling::argmax(&first[i * v..(i + 1) * v]))
+        .collect();
     let mut entries = Vec::new();
     for i in 0..8 {
         if i < 4 {
-            entries.push(BatchEntry { tokens: &next[i..i + 1], start: prompts[i].len(), block_table: &tables[i], sample: true });
+            entries.push(BatchEntry {
+                tokens: &next[i..i + 1],
+                start: prompts[i].len(),
+                block_table: &tables[i],
+                sample: true,
+            });
         } else {
-            entries.push(BatchEntry { tokens: &prompts[i][2..], start: 2, block_table: &tables[i], sample: true });
+            entries.push(BatchEntry {
+                tokens: &prompts[i][2..],
+                start: 2,
+                block_table: &tables[i],
+                sample: true,
+            });
         }
     }
-    let second = m.model.forward(&entries, &mut kv, &mut ws).unwrap().to_vec();
+    let second = m
+        .model
+        .forward(&entries, &mut kv, &mut ws)
+        .unwrap()
+        .to_vec();
     for i in 4..8 {
-        assert_close(&second[i * v..(i + 1) * v], &alone_logits[i].1, &format!("sequence {i} finishing its prompt in step 2"));
+        assert_close(
+            &second[i * v..(i + 1) * v],
+            &alone_logits[i].1,
+            &format!("sequence {i} finishing its prompt in step 2"),
+        );
     }
     for i in 0..4 {
         let mut with_next = prompts[i].clone();
         with_next.push(next[i]);
         let alone = greedy_logits(&with_next);
-        assert_close(&second[i * v..(i + 1) * v], &alone, &format!("sequence {i} decoding in step 2"));
+        assert_close(
+            &second[i * v..(i + 1) * v],
+            &alone,
+            &format!("sequence {i} decoding in step 2"),
+        );
         let cont_alone = greedy(&prompts[i], 8, 0);
         assert_eq!(cont_alone[0], next[i]);
     }
@@ -163,12 +260,27 @@ fn greedy_logits(tokens: &[u32]) -> Vec<f32> {
     let mut kv = KvPool::new(m.config(), 16, blocks);
     let t: Vec<u32> = (0..blocks as u32).collect();
     let mut ws = Workspace::default();
-    m.model.forward(&[BatchEntry { tokens, start: 0, block_table: &t, sample: true }], &mut kv, &mut ws).unwrap().to_vec()
+    m.model
+        .forward(
+            &[BatchEntry {
+                tokens,
+                start: 0,
+                block_table: &t,
+                sample: true,
+            }],
+            &mut kv,
+            &mut ws,
+        )
+        .unwrap()
+        .to_vec()
 }
 
 fn assert_close(got: &[f32], want: &[f32], what: &str) {
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
     for (i, (a, b)) in got.iter().zip(want).enumerate() {
-        assert!((a - b).abs() <= 1e-4 * scale.max(1.0), "{what}: logit {i}: {a} vs {b}");
+        assert!(
+            (a - b).abs() <= 1e-4 * scale.max(1.0),
+            "{what}: logit {i}: {a} vs {b}"
+        );
     }
 }
