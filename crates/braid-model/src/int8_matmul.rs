@@ -353,8 +353,9 @@ mod tests {
                     fast[i],
                     slow[i]
                 );
-                // 8-bit weights and activations: error grows like sqrt(k) * step².
-                let tol = 0.02 * (k as f32).sqrt() / 4.0;
+                // 8-bit weights and activations: each product is off by ~0.002 (std), random in
+                // sign, so a sum of k is off by ~0.002·sqrt(k); allow six standard deviations.
+                let tol = 0.012 * (k as f32).sqrt();
                 assert!(
                     (fast[i] - exact[i]).abs() < tol,
                     "{m}x{n}x{k} [{i}]: {} vs f32 {}",
@@ -396,7 +397,8 @@ mod tests {
         for r in 0..n {
             packed.dequantize_row(r, &mut row);
             for i in 0..k {
-                assert!((row[i] - w[r * k + i]).abs() <= 1.0 / 254.0 + 1e-6);
+                // Half a quantization step, plus the f16 rounding of the block scale.
+                assert!((row[i] - w[r * k + i]).abs() <= 1.0 / 254.0 + 1e-3);
             }
         }
     }

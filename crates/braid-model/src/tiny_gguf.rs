@@ -99,6 +99,7 @@ pub fn write(path: &Path, seed: u64) -> candle_core::Result<()> {
         ("llama.attention.head_count", Value::U32(heads as u32)),
         ("llama.attention.head_count_kv", Value::U32(kv_heads as u32)),
         ("llama.rope.freq_base", Value::F32(10_000.0)),
+        ("llama.rope.dimension_count", Value::U32((h / heads) as u32)),
         ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
         ("llama.vocab_size", Value::U32(vocab as u32)),
         ("tokenizer.ggml.model", Value::String("gpt2".into())),
