@@ -10,7 +10,7 @@
 //! flight gets a `Failed` event (a 500 for its client), the scheduler and KV pool start afresh,
 //! and the engine keeps serving.
 
-use crate::engine_handle::{EngineEvent, EngineHandle, EngineRequest, EngineShared, FinishReason, Finished};
+use crate::engine_handle::{EngineEvent, EngineHandle, EngineRequest, EngineShared, FinishReason, Finished, StepRecord};
 use crate::metrics::Metrics;
 use braid_model::{BatchEntry, KvPool, LoadedModel, Sampler, Workspace};
 use braid_sched::{CostModel, Scheduler, SchedulerConfig, StepFeatures, StepPlan};
@@ -59,7 +59,8 @@ pub fn spawn_engine(model: Arc<LoadedModel>, cfg: EngineConfig, metrics: Arc<Met
     let shared = Arc::new(EngineShared::default());
     shared.alive.store(true, Ordering::Release);
     let (tx, rx) = mpsc::channel();
-    let handle = EngineHandle::new(tx, shared.clone(), cfg.max_waiting);
+    let (steps, _) = tokio::sync::broadcast::channel(1024);
+    let handle = EngineHandle::new(tx, shared.clone(), cfg.max_waiting, steps.clone());
     tracing::info!(
         kv_blocks = num_blocks,
         kv_tokens = num_blocks * cfg.block_size,
@@ -81,6 +82,7 @@ pub fn spawn_engine(model: Arc<LoadedModel>, cfg: EngineConfig, metrics: Arc<Met
             shared: shared.clone(),
             metrics,
             preemptions_seen: 0,
+            steps,
         };
         engine.calibrate();
         engine.run(rx);
@@ -118,6 +120,7 @@ struct Engine {
     shared: Arc<EngineShared>,
     metrics: Arc<Metrics>,
     preemptions_seen: u64,
+    steps: tokio::sync::broadcast::Sender<StepRecord>,
 }
 
 impl Engine {
@@ -272,13 +275,16 @@ impl Engine {
         self.preemptions_seen = preemptions;
 
         let now = Instant::now();
+        let mut itl_ms = Vec::new();
         for (id, s) in sampled {
             let Some(a) = self.active.get_mut(&id) else { continue };
             let reason = if a.stop_token_ids.contains(&s.token) {
                 Some(FinishReason::Stop)
             } else {
                 if let Some(last) = a.last_token {
-                    self.metrics.inter_token_latency.observe(now.duration_since(last).as_secs_f64());
+                    let gap = now.duration_since(last).as_secs_f64();
+                    self.metrics.inter_token_latency.observe(gap);
+                    itl_ms.push(gap * 1e3);
                 } else {
                     a.first_token = Some(now);
                     self.metrics.time_to_first_token.observe(now.duration_since(a.arrival).as_secs_f64());
@@ -294,6 +300,21 @@ impl Engine {
             if let Some(reason) = reason {
                 self.finish(id, reason);
             }
+        }
+        if self.steps.receiver_count() > 0 {
+            let _ = self.steps.send(StepRecord {
+                t: self.now(),
+                prefill_tokens: plan.num_prefill_tokens(),
+                decode_tokens: plan.num_decodes(),
+                duration_ms: secs * 1e3,
+                predicted_ms: plan.predicted_secs.map(|p| p * 1e3),
+                target_ms: self.sched_cfg.itl_target.map(|t| t.as_secs_f64() * 1e3),
+                running: self.sched.num_running(),
+                waiting: self.shared.waiting.load(Ordering::Acquire),
+                kv_usage: self.sched.kv_usage(),
+                preempted: plan.preempted.len(),
+                itl_ms,
+            });
         }
     }
 

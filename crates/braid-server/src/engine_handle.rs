@@ -81,11 +81,30 @@ pub struct EngineShared {
     pub next_id: AtomicU64,
 }
 
+/// One engine step as the live view draws it (`GET /debug/steps`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepRecord {
+    /// Seconds since the engine started.
+    pub t: f64,
+    pub prefill_tokens: usize,
+    pub decode_tokens: usize,
+    pub duration_ms: f64,
+    pub predicted_ms: Option<f64>,
+    pub target_ms: Option<f64>,
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_usage: f64,
+    pub preempted: usize,
+    /// Gaps (ms) between this step's tokens and the previous token of the same stream.
+    pub itl_ms: Vec<f64>,
+}
+
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<EngineRequest>,
     shared: Arc<EngineShared>,
     max_waiting: usize,
+    steps: tokio::sync::broadcast::Sender<StepRecord>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -96,8 +115,13 @@ pub struct EngineStats {
 }
 
 impl EngineHandle {
-    pub fn new(tx: mpsc::Sender<EngineRequest>, shared: Arc<EngineShared>, max_waiting: usize) -> Self {
-        Self { tx, shared, max_waiting }
+    pub fn new(tx: mpsc::Sender<EngineRequest>, shared: Arc<EngineShared>, max_waiting: usize, steps: tokio::sync::broadcast::Sender<StepRecord>) -> Self {
+        Self { tx, shared, max_waiting, steps }
+    }
+
+    /// A live feed of every engine step; a slow reader skips steps rather than slowing the engine.
+    pub fn subscribe_steps(&self) -> tokio::sync::broadcast::Receiver<StepRecord> {
+        self.steps.subscribe()
     }
 
     pub fn next_request_id(&self) -> u64 {
