@@ -1,5 +1,25 @@
 //! braid's server: the HTTP front end and the engine thread behind it.
+//!
+//! `serve(ServeArgs)` is the whole server (`braid serve`); `start` returns a running
+//! `Server` for tests and embedding. Request flow: `routes/` → `validation` →
+//! `generation` (engine events → text, stop strings, deadline) → JSON or `sse`.
 
+pub mod app;
+pub mod args;
 pub mod engine;
 pub mod engine_handle;
+pub mod error;
+pub mod generation;
+pub mod json;
+pub mod logprobs;
 pub mod metrics;
+pub mod openai_types;
+pub mod routes;
+pub mod server;
+pub mod sse;
+pub mod state;
+pub mod stop_strings;
+pub mod validation;
+
+pub use args::ServeArgs;
+pub use server::{serve, start, Server};

@@ -1,0 +1,144 @@
+//! The router: which path goes to which handler, and the layers around all of them.
+//!
+//! Layers, outermost first: tracing of every HTTP request; the error middleware (counts
+//! error responses in `braid_request_errors_total`, logs why, and rewrites any plain-text
+//! error a layer produced into OpenAI's error JSON); a timeout on reading the request body;
+//! the body size limit (enforced by `ApiJson`, which answers 413 in JSON).
+
+use crate::error::{ApiError, ErrorMessage};
+use crate::routes::{chat, completions, fallback, health, metrics_route, models, tokenize};
+use crate::state::AppState;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::time::Duration;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(models::list_models))
+        .route("/v1/models/{id}", get(models::get_model))
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route("/health", get(health::health))
+        .route("/metrics", get(metrics_route::metrics))
+        .fallback(fallback::not_found)
+        .method_not_allowed_fallback(fallback::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(body_read_timeout))
+        .layer(middleware::from_fn_with_state(state.clone(), errors))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+fn is_json(resp: &Response) -> bool {
+    resp.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"))
+}
+
+/// Counts and logs every error response, and makes sure each one is OpenAI error JSON.
+async fn errors(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (resp, message) = match resp.extensions().get::<ErrorMessage>() {
+        Some(m) => {
+            let message = m.0.clone();
+            (resp, message)
+        }
+        // A JSON answer that is not an error of ours (/health's 503): leave it, do not count it.
+        None if is_json(&resp) => return resp,
+        None => {
+            let body = axum::body::to_bytes(resp.into_body(), 4096)
+                .await
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&body).trim().to_string();
+            let message = if text.is_empty() {
+                status.canonical_reason().unwrap_or("error").to_string()
+            } else {
+                text
+            };
+            let kind = if status.is_server_error() {
+                "server_error"
+            } else {
+                "invalid_request_error"
+            };
+            (
+                ApiError::new(status, kind, message.clone()).into_response(),
+                message,
+            )
+        }
+    };
+    state
+        .metrics
+        .request_errors_total
+        .with_label_values(&[status.as_str()])
+        .inc();
+    tracing::info!(%method, path, status = status.as_u16(), error = %message, "request rejected");
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::ServeArgs;
+    use crate::metrics::Metrics;
+    use axum::body::Body;
+    use axum::http::StatusCode;
+    use std::sync::Arc;
+    use tower::ServiceExt;
+
+    async fn call(
+        app: &Router,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> (StatusCode, axum::http::HeaderMap, serde_json::Value) {
+        let req = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+        (
+            parts.status,
+            parts.headers,
+            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    #[tokio::test]
+    async fn while_loading_requests_get_503_with_retry_after() {
+        let state = AppState::new(&ServeArgs::with_model("m.gguf"), Arc::new(Metrics::new()));
+        let app = router(state, Duration::from_secs(5));
+        let (status, headers, body) = call(&app, "GET", "/health", "").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["status"], "loading");
+        assert!(headers.contains_key(header::RETRY_AFTER));
+        let (status, headers, body) =
+            call(&app, "POST", "/v1/completions", r#"{"prompt":"a"}"#).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["error"]["code"], "loading");
+        assert_eq!(headers[header::RETRY_AFTER], "1");
+        assert_eq!(
+            call(&app, "GET", "/v1/models", "").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(call(&app, "GET", "/metrics", "").await.0, StatusCode::OK);
+    }
+}

@@ -1,0 +1,199 @@
+//! `braid serve`'s flags: one struct, every flag with a default and a doc comment, because
+//! these comments are what `braid serve --help` and the README show.
+//!
+//! Engine settings are turned into an `EngineConfig` here, so the engine never sees clap.
+
+use crate::engine::EngineConfig;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (0.0.0.0 to accept connections from other machines).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port to listen on (0 picks a free one and logs it).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+
+    /// Path to a llama-architecture GGUF model file.
+    #[arg(long, env = "BRAID_MODEL", default_value = braid_model::DEFAULT_MODEL_PATH)]
+    pub model: PathBuf,
+
+    /// Model id clients use in the `model` field and /v1/models lists [default: the model
+    /// file's name without .gguf]. Requests that omit `model` are served too.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+
+    /// Memory for the KV cache, in MiB; it bounds how many tokens all running sequences hold.
+    #[arg(long, default_value_t = 1024)]
+    pub kv_cache_mb: usize,
+
+    /// Tokens per KV cache block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+
+    /// Most sequences one engine step may run together.
+    #[arg(long, default_value_t = 32)]
+    pub max_num_seqs: usize,
+
+    /// Most tokens (decodes plus prompt slices) one engine step may process.
+    #[arg(long, default_value_t = 512)]
+    pub max_batched_tokens: usize,
+
+    /// Most requests waiting for admission; beyond it the server answers 429 at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_waiting: usize,
+
+    /// Target inter-token latency in ms: prompt slices per step are sized to keep running
+    /// streams under it (0 disables the target; only --max-batched-tokens bounds a step).
+    #[arg(long, default_value_t = 100)]
+    pub itl_target_ms: u64,
+
+    /// Read each prompt in one step instead of slicing it across steps.
+    #[arg(long)]
+    pub no_chunked_prefill: bool,
+
+    /// A waiting request older than this many ms is admitted before newer work.
+    #[arg(long, default_value_t = 2000)]
+    pub starvation_ms: u64,
+
+    /// Compute threads for the model [default: the number of available cores].
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// On SIGTERM/SIGINT, seconds to let running requests finish before exiting.
+    #[arg(long, default_value_t = 30)]
+    pub drain_timeout_secs: u64,
+
+    /// Largest request body accepted, in bytes (larger: 413).
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Upper bound for a request's `max_tokens` [default: the model's context length].
+    #[arg(long)]
+    pub max_tokens_cap: Option<usize>,
+
+    /// Most stop strings one request may give.
+    #[arg(long, default_value_t = 4)]
+    pub max_stop_strings: usize,
+
+    /// Longest stop string accepted, in bytes.
+    #[arg(long, default_value_t = 256)]
+    pub max_stop_string_len: usize,
+
+    /// Wall-clock limit per request in seconds: when it passes, the answer ends with
+    /// finish_reason "length" (and a log line saying why).
+    #[arg(long, default_value_t = 600)]
+    pub request_timeout_secs: u64,
+
+    /// Seconds a client has to send a request's headers (also how long an idle keep-alive
+    /// connection stays open) and, separately, its body; slow clients are disconnected.
+    #[arg(long, default_value_t = 10)]
+    pub header_read_timeout_secs: u64,
+}
+
+impl ServeArgs {
+    /// The flags with their defaults, for `model` at `path` (tests and embedding).
+    pub fn with_model(path: impl Into<PathBuf>) -> Self {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        let mut args = Wrapper::parse_from(["braid"]).args;
+        args.model = path.into();
+        args
+    }
+
+    pub fn to_engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            kv_cache_mb: self.kv_cache_mb,
+            block_size: self.block_size,
+            max_num_seqs: self.max_num_seqs,
+            max_batched_tokens: self.max_batched_tokens,
+            max_waiting: self.max_waiting,
+            chunked_prefill: !self.no_chunked_prefill,
+            itl_target: (self.itl_target_ms > 0).then(|| Duration::from_millis(self.itl_target_ms)),
+            starvation_after: Duration::from_millis(self.starvation_ms),
+        }
+    }
+
+    /// The id /v1/models lists and requests may name.
+    pub fn served_model_name(&self) -> String {
+        self.served_model_name.clone().unwrap_or_else(|| {
+            let name = self
+                .model
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            name.strip_suffix(".gguf")
+                .map(str::to_string)
+                .unwrap_or(name)
+        })
+    }
+
+    /// Compute threads: the flag, else every available core.
+    pub fn threads(&self) -> usize {
+        self.threads.filter(|&n| n > 0).unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+    }
+
+    /// Flags that cannot work, each with the fix.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let positive = [
+            ("--kv-cache-mb", self.kv_cache_mb),
+            ("--block-size", self.block_size),
+            ("--max-num-seqs", self.max_num_seqs),
+            ("--max-batched-tokens", self.max_batched_tokens),
+            ("--max-waiting", self.max_waiting),
+            ("--max-body-bytes", self.max_body_bytes),
+            ("--request-timeout-secs", self.request_timeout_secs as usize),
+            (
+                "--header-read-timeout-secs",
+                self.header_read_timeout_secs as usize,
+            ),
+        ];
+        for (flag, value) in positive {
+            if value == 0 {
+                anyhow::bail!("{flag} must be at least 1");
+            }
+        }
+        if self.max_tokens_cap == Some(0) {
+            anyhow::bail!(
+                "--max-tokens-cap must be at least 1 (omit it to allow the model's whole context)"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_derived_values() {
+        let a = ServeArgs::with_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        assert_eq!(a.port, 8080);
+        assert_eq!(a.served_model_name(), "SmolLM2-135M-Instruct.Q4_1");
+        let e = a.to_engine_config();
+        assert_eq!(e.itl_target, Some(Duration::from_millis(100)));
+        assert!(e.chunked_prefill);
+        assert_eq!(e.max_waiting, 256);
+        a.check().unwrap();
+        let off = ServeArgs {
+            itl_target_ms: 0,
+            no_chunked_prefill: true,
+            ..a.clone()
+        };
+        assert_eq!(off.to_engine_config().itl_target, None);
+        assert!(!off.to_engine_config().chunked_prefill);
+        assert!(ServeArgs { block_size: 0, ..a }.check().is_err());
+    }
+}

@@ -1,0 +1,263 @@
+//! Every error braid answers with, as OpenAI's JSON body `{"error": {message, type, param,
+//! code}}` with the right status, so clients show the message instead of a parse failure.
+//!
+//! Handlers return `ApiError`; validation errors, engine admission errors and axum's body
+//! rejections convert into it here, in one place. axum's own 422 for a body of the wrong
+//! shape is never sent: it becomes a 400 carrying serde's message, which names the field.
+
+use crate::engine_handle::SubmitError;
+use crate::validation::ValidationError;
+use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// The body OpenAI clients parse.
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub detail: ErrorDetail,
+    /// Seconds for the `Retry-After` header (429 and 503).
+    pub retry_after: Option<u64>,
+}
+
+/// Put on every error response so the logging middleware can say why without reparsing it.
+#[derive(Clone, Debug)]
+pub struct ErrorMessage(pub String);
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            detail: ErrorDetail {
+                message: message.into(),
+                kind,
+                param: None,
+                code: None,
+            },
+            retry_after: None,
+        }
+    }
+
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.detail.param = Some(param.into());
+        self
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.detail.code = Some(code);
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    pub fn route_not_found(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no route for {method} {path}; braid serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /health and GET /metrics"),
+        )
+        .with_code("route_not_found")
+    }
+
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!("{path} does not accept {method}"),
+        )
+        .with_code("method_not_allowed")
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body is larger than the server's limit of {limit} bytes (--max-body-bytes)"),
+        )
+        .with_code("request_too_large")
+    }
+
+    pub fn overloaded(message: impl Into<String>) -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                .with_code("server_at_capacity")
+        }
+    }
+
+    pub fn loading() -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "the model is still loading; retry shortly",
+            )
+            .with_code("loading")
+        }
+    }
+
+    pub fn draining() -> Self {
+        Self {
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "the server is shutting down and takes no new requests",
+            )
+            .with_code("draining")
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+            .with_code("engine_failed")
+    }
+
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: self.detail.clone(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp.extensions_mut()
+            .insert(ErrorMessage(self.detail.message));
+        resp
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        let mut err = ApiError::new(e.status(), "invalid_request_error", e.to_string());
+        err.detail.param = e.param().map(str::to_string);
+        err.detail.code = e.code();
+        err
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::QueueFull { .. } => ApiError::overloaded(e.to_string()),
+            SubmitError::ShuttingDown => ApiError::draining(),
+            SubmitError::EngineStopped => {
+                ApiError::internal(format!("{e}; the server must be restarted"))
+                    .with_code("engine_stopped")
+            }
+        }
+    }
+}
+
+impl ApiError {
+    /// axum's body-reading rejection: too large (413) or a broken connection (400).
+    pub fn from_bytes_rejection(r: BytesRejection, limit: usize) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::payload_too_large(limit)
+        } else {
+            ApiError::bad_request(format!(
+                "could not read the request body: {}",
+                r.body_text()
+            ))
+        }
+    }
+
+    /// axum's JSON rejections, all as 400 with serde's message (which names the field).
+    pub fn from_json_rejection(r: JsonRejection) -> Self {
+        let detail = source_message(&r);
+        match &r {
+            JsonRejection::JsonSyntaxError(_) => {
+                ApiError::bad_request(format!("the request body is not valid JSON: {detail}"))
+            }
+            JsonRejection::JsonDataError(_) => {
+                let err = ApiError::bad_request(format!(
+                    "the request body does not match the API: {detail}"
+                ));
+                // serde_path_to_error puts the field's path first: "temperature: invalid type ...".
+                match detail.split_once(": ") {
+                    Some((path, _)) if !path.contains(char::is_whitespace) && path != "." => {
+                        err.with_param(path)
+                    }
+                    _ => err,
+                }
+            }
+            _ => ApiError::bad_request(r.body_text()),
+        }
+    }
+}
+
+/// The serde message without axum's prefix ("Failed to deserialize ...: ").
+fn source_message(r: &JsonRejection) -> String {
+    let text = r.body_text();
+    match text.split_once(": ") {
+        Some((prefix, rest)) if prefix.starts_with("Failed to") => rest.to_string(),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_and_body_shape() {
+        let resp = ApiError::overloaded("full").into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let body =
+            serde_json::to_value(ApiError::bad_request("x").with_param("temperature").body())
+                .unwrap();
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(body["error"]["param"], "temperature");
+        assert!(body["error"]["code"].is_null());
+        assert_eq!(body["error"]["message"], "x");
+    }
+
+    #[test]
+    fn json_type_errors_become_400_naming_the_field() {
+        let r = axum::Json::<crate::openai_types::CompletionRequest>::from_bytes(
+            br#"{"temperature":"hot"}"#,
+        )
+        .unwrap_err();
+        let e = ApiError::from_json_rejection(r);
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(
+            e.detail.message.contains("temperature"),
+            "{}",
+            e.detail.message
+        );
+        assert_eq!(e.detail.param.as_deref(), Some("temperature"));
+        let r = axum::Json::<crate::openai_types::CompletionRequest>::from_bytes(
+            br#"{"temperature": NaN}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            ApiError::from_json_rejection(r).status,
+            StatusCode::BAD_REQUEST
+        );
+    }
+}

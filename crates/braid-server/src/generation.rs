@@ -1,0 +1,253 @@
+//! One request's life after validation, shared by both endpoints and both response modes.
+//!
+//! `Generation` submits to the engine, then turns engine events into `Chunk`s of text:
+//! it detokenizes incrementally (never splitting a UTF-8 character, skipping special tokens),
+//! applies stop strings (a match drops the event receiver, which cancels the sequence in the
+//! engine), enforces the per-request deadline, and writes the one log line per request when
+//! it is dropped, whether it finished, failed or its client went away.
+
+use crate::engine_handle::{EngineEvent, EngineRequest, FinishReason};
+use crate::error::ApiError;
+use crate::openai_types::Usage;
+use crate::state::{AppState, Ready};
+use crate::stop_strings::{StopMatcher, StopOutcome};
+use crate::validation::ValidatedRequest;
+use braid_model::{IncrementalDecoder, LoadedModel, Sampled};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Text released for the client, with the token that produced it; the last chunk of a
+/// generation carries its finish reason.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    pub text: String,
+    pub token: Option<Sampled>,
+    pub finish: Option<FinishReason>,
+}
+
+/// A finished non-streaming generation.
+#[derive(Clone, Debug)]
+pub struct Collected {
+    pub text: String,
+    pub tokens: Vec<Sampled>,
+    pub finish: FinishReason,
+    pub usage: Usage,
+}
+
+/// How a generation ended, for its log line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Outcome {
+    Finished(FinishReason),
+    Failed,
+}
+
+pub struct Generation {
+    pub id: u64,
+    endpoint: &'static str,
+    model: Arc<LoadedModel>,
+    /// None once the generation has ended (dropping it cancels the engine's sequence).
+    events: Option<UnboundedReceiver<EngineEvent>>,
+    decoder: IncrementalDecoder,
+    stops: StopMatcher,
+    /// Text to put before the first chunk (`echo`).
+    prefix: Option<String>,
+    max_tokens: usize,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    arrival: Instant,
+    deadline: tokio::time::Instant,
+    first_token: Option<Instant>,
+    ended: Option<(Instant, Outcome)>,
+    deadline_reached: bool,
+}
+
+impl Generation {
+    /// Submits `req` to the engine: 429 when its queue is full, 503 when draining.
+    pub fn start(
+        state: &AppState,
+        ready: &Ready,
+        req: ValidatedRequest,
+        arrival: Instant,
+        endpoint: &'static str,
+    ) -> Result<Self, ApiError> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let id = ready.engine.next_request_id();
+        let prompt_tokens = req.prompt.len();
+        ready.engine.submit(EngineRequest {
+            id,
+            prompt: req.prompt,
+            max_tokens: req.max_tokens,
+            params: req.params,
+            stop_token_ids: req.stop_token_ids,
+            arrival,
+            events: tx,
+        })?;
+        Ok(Self {
+            id,
+            endpoint,
+            model: ready.model.clone(),
+            events: Some(rx),
+            decoder: IncrementalDecoder::default(),
+            stops: StopMatcher::new(req.stop_strings),
+            prefix: req.echo,
+            max_tokens: req.max_tokens,
+            prompt_tokens,
+            completion_tokens: 0,
+            arrival,
+            deadline: tokio::time::Instant::from_std(arrival + state.request_timeout),
+            first_token: None,
+            ended: None,
+            deadline_reached: false,
+        })
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage::new(self.prompt_tokens, self.completion_tokens)
+    }
+
+    /// The next chunk; `Err` is an engine failure (the generation is over); None after the end.
+    pub async fn next(&mut self) -> Option<Result<Chunk, String>> {
+        let events = self.events.as_mut()?;
+        let event = match tokio::time::timeout_at(self.deadline, events.recv()).await {
+            Err(_) => {
+                self.deadline_reached = true;
+                return Some(Ok(self.finish(FinishReason::Length, None, String::new())));
+            }
+            Ok(None) => {
+                return Some(Err(
+                    self.fail("the engine dropped the request without finishing it".into())
+                ))
+            }
+            Ok(Some(event)) => event,
+        };
+        Some(match event {
+            EngineEvent::Token(sampled) => {
+                self.completion_tokens += 1;
+                self.first_token.get_or_insert_with(Instant::now);
+                let piece = self
+                    .decoder
+                    .push(&self.model.tokenizer, sampled.token, true);
+                match self.stops.push(&piece) {
+                    StopOutcome::Stopped(text) => {
+                        self.events = None;
+                        self.ended = Some((Instant::now(), Outcome::Finished(FinishReason::Stop)));
+                        Ok(self.chunk(text, Some(sampled), Some(FinishReason::Stop)))
+                    }
+                    // The last token the engine will send: end now, with it.
+                    StopOutcome::Continue(text) if self.completion_tokens >= self.max_tokens => {
+                        Ok(self.finish(FinishReason::Length, Some(sampled), text))
+                    }
+                    StopOutcome::Continue(text) => Ok(self.chunk(text, Some(sampled), None)),
+                }
+            }
+            EngineEvent::Done(finished) => Ok(self.finish(finished.reason, None, String::new())),
+            EngineEvent::Failed(message) => Err(self.fail(message)),
+        })
+    }
+
+    /// Runs the generation to its end (non-streaming responses).
+    pub async fn collect(mut self) -> Result<Collected, ApiError> {
+        let mut text = String::new();
+        let mut tokens = Vec::new();
+        while let Some(item) = self.next().await {
+            let chunk = item.map_err(|m| ApiError::internal(format!("generation failed: {m}")))?;
+            text.push_str(&chunk.text);
+            tokens.extend(chunk.token);
+            if let Some(finish) = chunk.finish {
+                return Ok(Collected {
+                    text,
+                    tokens,
+                    finish,
+                    usage: self.usage(),
+                });
+            }
+        }
+        Err(ApiError::internal(
+            "the generation ended without a finish reason",
+        ))
+    }
+
+    fn chunk(
+        &mut self,
+        text: String,
+        token: Option<Sampled>,
+        finish: Option<FinishReason>,
+    ) -> Chunk {
+        let text = match self.prefix.take() {
+            Some(mut prefix) => {
+                prefix.push_str(&text);
+                prefix
+            }
+            None => text,
+        };
+        Chunk {
+            text,
+            token,
+            finish,
+        }
+    }
+
+    /// Ends the generation for `reason`, releasing held text (a stop string may still match
+    /// in the last bytes, which makes the reason "stop").
+    fn finish(
+        &mut self,
+        mut reason: FinishReason,
+        token: Option<Sampled>,
+        mut text: String,
+    ) -> Chunk {
+        self.events = None;
+        let tail = self.decoder.finish();
+        match self.stops.push(&tail) {
+            StopOutcome::Stopped(t) => {
+                text.push_str(&t);
+                reason = FinishReason::Stop;
+            }
+            StopOutcome::Continue(t) => {
+                text.push_str(&t);
+                text.push_str(&self.stops.finish());
+            }
+        }
+        self.ended = Some((Instant::now(), Outcome::Finished(reason)));
+        self.chunk(text, token, Some(reason))
+    }
+
+    fn fail(&mut self, message: String) -> String {
+        self.events = None;
+        self.ended = Some((Instant::now(), Outcome::Failed));
+        tracing::error!(id = self.id, "request failed in the engine: {message}");
+        message
+    }
+}
+
+impl Drop for Generation {
+    /// The request's one log line.
+    fn drop(&mut self) {
+        let (end, finish_reason, status) = match self.ended {
+            Some((t, Outcome::Finished(r))) => (t, r.as_str(), 200),
+            Some((t, Outcome::Failed)) => (t, "error", 500),
+            // Dropped mid-generation: the client went away (499, as nginx says).
+            None => (Instant::now(), "cancelled", 499),
+        };
+        let ms = |t: Instant| {
+            (t.saturating_duration_since(self.arrival).as_secs_f64() * 1000.0 * 10.0).round() / 10.0
+        };
+        if self.deadline_reached {
+            tracing::warn!(
+                id = self.id,
+                "request reached --request-timeout-secs; ended with finish_reason \"length\""
+            );
+        }
+        tracing::info!(
+            id = self.id,
+            endpoint = self.endpoint,
+            prompt_tokens = self.prompt_tokens,
+            completion_tokens = self.completion_tokens,
+            ttft_ms = self.first_token.map(ms),
+            e2e_ms = ms(end),
+            finish_reason,
+            status,
+            "request finished"
+        );
+    }
+}

@@ -1,0 +1,350 @@
+//! The JSON of the OpenAI API as braid speaks it: request bodies as clients send them and
+//! responses in exactly OpenAI's shape, so existing clients and tools work unchanged.
+//!
+//! Request types are deliberately loose: every field is optional, fields whose JSON type
+//! varies (`prompt`, `stop`, message `content`) stay `serde_json::Value`, and unknown fields
+//! are ignored (clients send extras). Deciding what is acceptable, with a message that names
+//! the field and the bound, is `validation.rs`'s job, not serde's.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+// ---------------------------------------------------------------- requests
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+/// Sampling and stopping fields shared by both endpoints (vLLM's names for the extras).
+///
+/// Both request types declare these fields themselves and copy them here (`sampling()`):
+/// `#[serde(flatten)]` would lose the field name from type errors ("invalid type: string,
+/// expected f64" without saying which field).
+#[derive(Clone, Debug, Default)]
+pub struct SamplingFields {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub seed: Option<i64>,
+    /// A string or an array of strings.
+    pub stop: Option<Value>,
+    /// vLLM extra: token ids that end generation, besides the model's end-of-text ids.
+    pub stop_token_ids: Option<Vec<i64>>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub ignore_eos: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    pub user: Option<String>,
+}
+
+/// POST /v1/completions
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CompletionRequest {
+    pub model: Option<String>,
+    /// A string, an array of token ids, or an array holding one string or one id array.
+    pub prompt: Option<Value>,
+    pub max_tokens: Option<i64>,
+    /// Number of alternatives to return with each token (0..=20); absent: no logprobs.
+    pub logprobs: Option<i64>,
+    pub echo: Option<bool>,
+    pub best_of: Option<i64>,
+    pub suffix: Option<String>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Value>,
+    pub stop_token_ids: Option<Vec<i64>>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub ignore_eos: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    pub user: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct ChatMessageIn {
+    pub role: Option<String>,
+    /// A string, an array of `{"type": "text", "text": ...}` parts, or null.
+    #[serde(default)]
+    pub content: Value,
+}
+
+/// POST /v1/chat/completions
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub model: Option<String>,
+    pub messages: Option<Vec<ChatMessageIn>>,
+    pub max_tokens: Option<i64>,
+    /// OpenAI's newer name for `max_tokens`; wins when both are given.
+    pub max_completion_tokens: Option<i64>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Value>,
+    pub stop_token_ids: Option<Vec<i64>>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub ignore_eos: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+    pub user: Option<String>,
+}
+
+/// Copies the shared fields out of a request type that declares them.
+macro_rules! impl_sampling {
+    ($t:ty) => {
+        impl $t {
+            pub fn sampling(&self) -> SamplingFields {
+                SamplingFields {
+                    temperature: self.temperature.clone(),
+                    top_p: self.top_p.clone(),
+                    top_k: self.top_k.clone(),
+                    min_p: self.min_p.clone(),
+                    seed: self.seed.clone(),
+                    stop: self.stop.clone(),
+                    stop_token_ids: self.stop_token_ids.clone(),
+                    presence_penalty: self.presence_penalty.clone(),
+                    frequency_penalty: self.frequency_penalty.clone(),
+                    repetition_penalty: self.repetition_penalty.clone(),
+                    ignore_eos: self.ignore_eos.clone(),
+                    stream: self.stream.clone(),
+                    stream_options: self.stream_options.clone(),
+                    n: self.n.clone(),
+                    user: self.user.clone(),
+                }
+            }
+        }
+    };
+}
+impl_sampling!(CompletionRequest);
+impl_sampling!(ChatCompletionRequest);
+
+// ---------------------------------------------------------------- responses
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// Legacy completions logprobs: parallel arrays, one entry per token.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<BTreeMap<String, f32>>>,
+    pub text_offset: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A whole completion, and (with `object: "text_completion"` as OpenAI does) one stream chunk.
+#[derive(Clone, Debug, Serialize)]
+pub struct CompletionResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    /// Omitted in stream chunks unless `include_usage`; then null except in the last chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatMessageOut {
+    pub role: &'static str,
+    pub content: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: ChatMessageOut,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatCompletionResponse {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ChatDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<&'static str>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Option<Usage>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+    pub max_model_len: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelCard>,
+}
+
+// ---------------------------------------------------------------- tokenizer endpoints (vLLM's)
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<ChatMessageIn>>,
+    /// With `messages`: end the rendering with the assistant's turn opener (default true).
+    pub add_generation_prompt: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TokenizeResponse {
+    pub tokens: Vec<u32>,
+    pub count: usize,
+    pub max_model_len: usize,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Option<Vec<i64>>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DetokenizeResponse {
+    pub prompt: String,
+}
+
+/// Seconds since the Unix epoch, for `created`.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_and_nulls_are_accepted() {
+        let r: CompletionRequest = serde_json::from_str(
+            r#"{"model":"m","prompt":"hi","stop":null,"logprobs":null,"max_tokens":5,"top_k":3,"whatever":{"x":1},"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.max_tokens, Some(5));
+        assert_eq!(r.top_k, Some(3));
+        assert_eq!(r.stream_options.unwrap().include_usage, Some(true));
+        let c: ChatCompletionRequest =
+            serde_json::from_str(r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"logprobs":true,"top_logprobs":2,"tools":[]}"#)
+                .unwrap();
+        assert_eq!(c.messages.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn usage_is_omitted_null_or_present() {
+        let mut chunk = CompletionResponse {
+            id: "cmpl-1".into(),
+            object: "text_completion",
+            created: 0,
+            model: "m".into(),
+            choices: vec![],
+            usage: None,
+        };
+        assert!(serde_json::to_value(&chunk).unwrap().get("usage").is_none());
+        chunk.usage = Some(None);
+        assert!(serde_json::to_value(&chunk).unwrap()["usage"].is_null());
+        chunk.usage = Some(Some(Usage::new(3, 4)));
+        assert_eq!(
+            serde_json::to_value(&chunk).unwrap()["usage"]["total_tokens"],
+            7
+        );
+    }
+}

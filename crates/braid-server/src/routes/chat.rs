@@ -1,0 +1,139 @@
+//! POST /v1/chat/completions: messages rendered with the model's chat template, the answer
+//! as an assistant message (or, streaming, deltas whose first one carries the role).
+
+use crate::generation::{Chunk, Generation};
+use crate::json::ApiJson;
+use crate::logprobs::chat_logprobs;
+use crate::openai_types::{
+    unix_now, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatDelta, ChatMessageOut, Usage,
+};
+use crate::routes::blocking;
+use crate::sse::{sse_response, StreamFormat};
+use crate::state::AppState;
+use crate::{error::ApiError, validation};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use braid_model::LoadedModel;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    let arrival = Instant::now();
+    let ready = state.ready()?;
+    let (model, limits) = (ready.model.clone(), ready.limits.clone());
+    let valid = blocking(move || validation::chat(&req, &model, &limits)).await??;
+    let (stream, include_usage, logprobs) =
+        (valid.stream, valid.include_usage, valid.logprobs.is_some());
+    let generation = Generation::start(&state, ready, valid, arrival, "chat")?;
+    let format = ChatFormat {
+        id: state.response_id("chatcmpl", generation.id),
+        created: unix_now(),
+        model_name: state.served_model_name.clone(),
+        model: ready.model.clone(),
+        logprobs,
+        include_usage,
+    };
+    if stream {
+        return Ok(sse_response(
+            generation,
+            format,
+            include_usage,
+            state.metrics.clone(),
+        ));
+    }
+    let out = generation.collect().await?;
+    let choice = ChatChoice {
+        index: 0,
+        message: ChatMessageOut {
+            role: "assistant",
+            content: out.text,
+        },
+        logprobs: logprobs.then(|| chat_logprobs(&format.model.tokenizer, &out.tokens)),
+        finish_reason: Some(out.finish.as_str()),
+    };
+    Ok(axum::Json(ChatCompletionResponse {
+        id: format.id,
+        object: "chat.completion",
+        created: format.created,
+        model: format.model_name,
+        choices: vec![choice],
+        usage: out.usage,
+    })
+    .into_response())
+}
+
+struct ChatFormat {
+    id: String,
+    created: u64,
+    model_name: String,
+    model: Arc<LoadedModel>,
+    logprobs: bool,
+    include_usage: bool,
+}
+
+impl ChatFormat {
+    fn chunk_of(
+        &self,
+        choices: Vec<ChatChunkChoice>,
+        usage: Option<Option<Usage>>,
+    ) -> ChatCompletionChunk {
+        ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: self.model_name.clone(),
+            choices,
+            usage,
+        }
+    }
+
+    fn null_usage(&self) -> Option<Option<Usage>> {
+        self.include_usage.then_some(None)
+    }
+}
+
+impl StreamFormat for ChatFormat {
+    type Json = ChatCompletionChunk;
+
+    fn opening(&mut self) -> Option<ChatCompletionChunk> {
+        let delta = ChatDelta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+        };
+        Some(self.chunk_of(
+            vec![ChatChunkChoice {
+                index: 0,
+                delta,
+                logprobs: None,
+                finish_reason: None,
+            }],
+            self.null_usage(),
+        ))
+    }
+
+    fn chunk(&mut self, chunk: Chunk) -> ChatCompletionChunk {
+        let logprobs = (self.logprobs && chunk.token.is_some())
+            .then(|| chat_logprobs(&self.model.tokenizer, chunk.token.as_slice()));
+        // The closing chunk of a generation that ended on a stop token has no new text: an empty delta.
+        let content = (chunk.finish.is_none() || !chunk.text.is_empty() || chunk.token.is_some())
+            .then_some(chunk.text);
+        let choice = ChatChunkChoice {
+            index: 0,
+            delta: ChatDelta {
+                role: None,
+                content,
+            },
+            logprobs,
+            finish_reason: chunk.finish.map(|f| f.as_str()),
+        };
+        self.chunk_of(vec![choice], self.null_usage())
+    }
+
+    fn usage(&mut self, usage: Usage) -> ChatCompletionChunk {
+        self.chunk_of(vec![], Some(Some(usage)))
+    }
+}

@@ -1,0 +1,56 @@
+//! POST /tokenize and POST /detokenize (vLLM's endpoints): what the server would read, for
+//! clients that budget context or debug prompts, with the same validation as generation.
+
+use crate::error::ApiError;
+use crate::json::ApiJson;
+use crate::openai_types::{
+    DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
+};
+use crate::routes::blocking;
+use crate::state::AppState;
+use crate::validation::{self, ValidationError};
+use axum::extract::State;
+use axum::Json;
+
+pub async fn tokenize(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<TokenizeRequest>,
+) -> Result<Json<TokenizeResponse>, ApiError> {
+    let ready = state.ready()?;
+    validation::check_model(req.model.as_deref(), &ready.limits)?;
+    let model = ready.model.clone();
+    let tokens = blocking(move || match (&req.prompt, &req.messages) {
+        (Some(prompt), None) => model
+            .tokenizer
+            .encode(prompt)
+            .map_err(|e| ValidationError::Tokenize(e.to_string())),
+        (None, Some(messages)) => {
+            validation::chat_prompt(messages, req.add_generation_prompt.unwrap_or(true), &model)
+        }
+        _ => Err(ValidationError::ExactlyOne {
+            first: "prompt",
+            second: "messages",
+        }),
+    })
+    .await??;
+    Ok(Json(TokenizeResponse {
+        count: tokens.len(),
+        tokens,
+        max_model_len: ready.limits.context_length,
+    }))
+}
+
+pub async fn detokenize(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<DetokenizeRequest>,
+) -> Result<Json<DetokenizeResponse>, ApiError> {
+    let ready = state.ready()?;
+    validation::check_model(req.model.as_deref(), &ready.limits)?;
+    let ids = req
+        .tokens
+        .ok_or(ValidationError::Missing { field: "tokens" })?;
+    let ids = validation::known_token_ids("tokens", &ids, &ready.limits)?;
+    Ok(Json(DetokenizeResponse {
+        prompt: ready.model.tokenizer.decode(&ids, false),
+    }))
+}

@@ -1,0 +1,287 @@
+//! The server's life: bind, load the model, start the engine, serve, drain, exit.
+//!
+//! It binds first, so /health answers 503 "loading" while the weights load on a blocking
+//! thread. A load failure is logged with its full message (which names the file and the fix)
+//! and returned, so the process exits non-zero. On SIGTERM/SIGINT it drains: new requests
+//! get 503, running ones finish (up to --drain-timeout-secs), then it returns Ok.
+//!
+//! braid runs its own accept loop on hyper rather than `axum::serve`, because axum's cannot
+//! set hyper's header-read timeout: without one, a client that sends headers one byte at a
+//! time holds its connection forever.
+
+use crate::app::router;
+use crate::args::ServeArgs;
+use crate::engine::spawn_engine;
+use crate::metrics::Metrics;
+use crate::openai_types::unix_now;
+use crate::state::{AppState, Ready};
+use crate::validation::Limits;
+use anyhow::Context;
+use axum::Router;
+use braid_model::LoadedModel;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long open connections get to finish their responses once the server stops.
+const CONNECTION_GRACE: Duration = Duration::from_secs(5);
+
+/// A started server: listening, loading or serving, until `shutdown()` (or a signal in `serve`).
+pub struct Server {
+    addr: SocketAddr,
+    state: AppState,
+    shutdown: watch::Sender<u32>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Server {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Starts draining, as SIGTERM does; a second call stops waiting for running requests.
+    pub fn shutdown(&self) {
+        self.shutdown.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until the server has stopped: Ok after a shutdown, Err if the model or engine failed to start.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("the server task panicked")?
+    }
+}
+
+/// Runs the server until SIGTERM or SIGINT, then drains and returns.
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let server = start(args).await?;
+    let trigger = server.shutdown.clone();
+    tokio::spawn(async move {
+        loop {
+            shutdown_signal().await;
+            let n = {
+                trigger.send_modify(|n| *n += 1);
+                *trigger.borrow()
+            };
+            if n == 1 {
+                tracing::info!("shutdown requested: draining (a second signal stops waiting)");
+            }
+        }
+    });
+    server.wait().await
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Binds, then loads the model and starts the engine in the background.
+pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
+    args.check()?;
+    let threads = args.threads();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("braid-compute-{i}"));
+    if let Err(e) = pool.build_global() {
+        tracing::debug!("compute thread pool already set up: {e}");
+    }
+    let listener = TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {}:{}; is another server using the port? pass --port",
+                args.host, args.port
+            )
+        })?;
+    let addr = listener.local_addr()?;
+    let metrics = Arc::new(Metrics::new());
+    let state = AppState::new(&args, metrics);
+    let read_timeout = Duration::from_secs(args.header_read_timeout_secs);
+    let app = router(state.clone(), read_timeout);
+    let (shutdown, shutdown_rx) = watch::channel(0u32);
+    tracing::info!(
+        "listening on http://{addr}; loading {}",
+        args.model.display()
+    );
+    let task = tokio::spawn(run(
+        listener,
+        app,
+        args,
+        state.clone(),
+        shutdown_rx,
+        read_timeout,
+    ));
+    Ok(Server {
+        addr,
+        state,
+        shutdown,
+        task,
+    })
+}
+
+async fn run(
+    listener: TcpListener,
+    app: Router,
+    args: ServeArgs,
+    state: AppState,
+    shutdown: watch::Receiver<u32>,
+    read_timeout: Duration,
+) -> anyhow::Result<()> {
+    let (stop_accepting, stop_rx) = watch::channel(false);
+    let addr = listener.local_addr()?;
+    let accept = tokio::spawn(accept_loop(listener, app, read_timeout, stop_rx));
+    let result = lifecycle(&args, &state, shutdown, addr).await;
+    let _ = stop_accepting.send(true);
+    let _ = accept.await;
+    if result.is_ok() {
+        tracing::info!("stopped");
+    }
+    result
+}
+
+/// Load, start the engine, serve until told to stop, drain.
+async fn lifecycle(
+    args: &ServeArgs,
+    state: &AppState,
+    mut shutdown: watch::Receiver<u32>,
+    addr: SocketAddr,
+) -> anyhow::Result<()> {
+    let path = args.model.clone();
+    let started = Instant::now();
+    let load = tokio::task::spawn_blocking(move || LoadedModel::load(&path));
+    let model = tokio::select! {
+        loaded = load => match loaded.context("model loading panicked")? {
+            Ok(model) => Arc::new(model),
+            Err(e) => {
+                tracing::error!("cannot load the model: {e}");
+                return Err(anyhow::Error::new(e).context("cannot load the model"));
+            }
+        },
+        _ = shutdown.changed() => {
+            tracing::info!("shutdown requested while the model was loading");
+            return Ok(());
+        }
+    };
+    let config = model.config().clone();
+    let engine = spawn_engine(
+        model.clone(),
+        args.to_engine_config(),
+        state.metrics.clone(),
+    )
+    .map_err(|e| {
+        tracing::error!("cannot start the engine: {e:#}");
+        e.context("cannot start the engine")
+    })?;
+    let context = config.context_length;
+    let limits = Limits {
+        served_model_name: state.served_model_name.clone(),
+        context_length: context,
+        vocab_size: model.tokenizer.vocab_size(),
+        max_tokens_cap: args.max_tokens_cap.unwrap_or(context).min(context),
+        max_stop_strings: args.max_stop_strings,
+        max_stop_string_len: args.max_stop_string_len,
+    };
+    state.set_ready(Ready {
+        model,
+        engine: engine.clone(),
+        limits,
+        created: unix_now(),
+    });
+    tracing::info!(
+        "ready in {:.1}s: serving `{}` ({}, context {context}) on http://{addr}",
+        started.elapsed().as_secs_f64(),
+        state.served_model_name,
+        config.name
+    );
+
+    let _ = shutdown.changed().await;
+    engine.start_draining();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.drain_timeout_secs);
+    loop {
+        let stats = engine.stats();
+        if stats.running + stats.waiting == 0 {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(running = stats.running, waiting = stats.waiting, "--drain-timeout-secs passed; stopping with requests unfinished");
+                break;
+            }
+            _ = shutdown.changed() => {
+                tracing::warn!(running = stats.running, waiting = stats.waiting, "second shutdown signal; stopping with requests unfinished");
+                break;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Accepts connections until `stop`, then gives open ones `CONNECTION_GRACE` to finish.
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    read_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(read_timeout)
+        .keep_alive(true);
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = async { stop.wait_for(|s| *s).await.is_ok() } => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("connection closed: {e}");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(CONNECTION_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("closing connections that did not finish within {CONNECTION_GRACE:?}");
+    }
+}

@@ -1,0 +1,609 @@
+//! Raw request → `ValidatedRequest`, in one place (Hugging Face TGI's pattern).
+//!
+//! Every way a request can be wrong is a variant of `ValidationError`; each message names the
+//! field and the bound, and `status()` maps each variant to one HTTP status. The engine only
+//! ever sees validated values: a finite temperature in range, token ids inside the vocabulary,
+//! a prompt plus `max_tokens` that fits the context.
+
+use crate::openai_types::{
+    ChatCompletionRequest, ChatMessageIn, CompletionRequest, SamplingFields,
+};
+use axum::http::StatusCode;
+use braid_model::{ChatMessage, LoadedModel, SamplingParams};
+use serde_json::Value;
+
+/// Request bounds from the model and the server's flags.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub served_model_name: String,
+    pub context_length: usize,
+    pub vocab_size: usize,
+    /// Upper bound for `max_tokens` (at most the context length).
+    pub max_tokens_cap: usize,
+    pub max_stop_strings: usize,
+    pub max_stop_string_len: usize,
+}
+
+/// What the handlers and the engine work from.
+#[derive(Clone, Debug)]
+pub struct ValidatedRequest {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub params: SamplingParams,
+    pub stop_strings: Vec<String>,
+    /// Sampling one of these ends generation (empty with `ignore_eos` and no `stop_token_ids`).
+    pub stop_token_ids: Vec<u32>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Completions with `echo`: the prompt's text, prepended to the answer.
+    pub echo: Option<String>,
+    /// Alternatives to report with each token, when logprobs were asked for.
+    pub logprobs: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    #[error("the model `{requested}` does not exist; this server serves `{served}`")]
+    ModelNotFound { requested: String, served: String },
+    #[error("`{field}` is required")]
+    Missing { field: &'static str },
+    #[error("`{field}` must be a finite number, got {got}")]
+    NotFinite { field: &'static str, got: f64 },
+    #[error("`{field}` must be {bound}, got {got}")]
+    OutOfRange {
+        field: &'static str,
+        bound: String,
+        got: String,
+    },
+    #[error("`{field}` must not be empty")]
+    Empty { field: &'static str },
+    #[error("`{field}` must be {expected}")]
+    WrongShape {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("give exactly one of `{first}` and `{second}`")]
+    ExactlyOne {
+        first: &'static str,
+        second: &'static str,
+    },
+    #[error("`{field}` is not supported: {reason}")]
+    Unsupported {
+        field: &'static str,
+        reason: &'static str,
+    },
+    #[error("`prompt` holds {count} prompts; braid answers one prompt per request")]
+    MultiplePrompts { count: usize },
+    #[error("`{field}` has token id {id}, outside the vocabulary of {vocab} tokens (ids 0 to {last})", last = .vocab - 1)]
+    TokenOutOfVocab {
+        field: &'static str,
+        id: i64,
+        vocab: usize,
+    },
+    #[error("`stop` holds {count} strings; at most {max} are allowed")]
+    TooManyStops { count: usize, max: usize },
+    #[error("`stop` string {index} is {len} bytes long; at most {max} are allowed")]
+    StopTooLong {
+        index: usize,
+        len: usize,
+        max: usize,
+    },
+    #[error("`messages[{index}]` {reason}")]
+    InvalidMessage { index: usize, reason: String },
+    #[error("`messages` cannot be rendered with the model's chat template: {0}")]
+    Template(String),
+    #[error("the prompt cannot be tokenized: {0}")]
+    Tokenize(String),
+    #[error("prompt ({prompt} tokens) + {field} ({max_tokens}) = {total} exceeds the model's context of {context} tokens", total = .prompt + .max_tokens)]
+    ContextOverflow {
+        field: &'static str,
+        prompt: usize,
+        max_tokens: usize,
+        context: usize,
+    },
+    #[error("the prompt ({prompt} tokens) fills the model's context of {context} tokens and leaves no room for a completion")]
+    PromptFillsContext { prompt: usize, context: usize },
+}
+
+impl ValidationError {
+    /// The one place a validation failure becomes an HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ValidationError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// OpenAI's `param`: the offending field.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            ValidationError::ModelNotFound { .. } => Some("model"),
+            ValidationError::Missing { field }
+            | ValidationError::NotFinite { field, .. }
+            | ValidationError::OutOfRange { field, .. }
+            | ValidationError::Empty { field }
+            | ValidationError::WrongShape { field, .. }
+            | ValidationError::Unsupported { field, .. }
+            | ValidationError::TokenOutOfVocab { field, .. }
+            | ValidationError::ContextOverflow { field, .. }
+            | ValidationError::ExactlyOne { first: field, .. } => Some(field),
+            ValidationError::MultiplePrompts { .. }
+            | ValidationError::PromptFillsContext { .. }
+            | ValidationError::Tokenize(_) => Some("prompt"),
+            ValidationError::TooManyStops { .. } | ValidationError::StopTooLong { .. } => {
+                Some("stop")
+            }
+            ValidationError::InvalidMessage { .. } | ValidationError::Template(_) => {
+                Some("messages")
+            }
+        }
+    }
+
+    /// OpenAI's `code`, where OpenAI has one for the case.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            ValidationError::ModelNotFound { .. } => Some("model_not_found"),
+            ValidationError::ContextOverflow { .. }
+            | ValidationError::PromptFillsContext { .. } => Some("context_length_exceeded"),
+            _ => None,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, ValidationError>;
+
+/// A request naming another model is refused; omitting `model` is fine.
+pub fn check_model(requested: Option<&str>, limits: &Limits) -> Result<()> {
+    match requested {
+        Some(m) if !m.is_empty() && m != limits.served_model_name => {
+            Err(ValidationError::ModelNotFound {
+                requested: m.to_string(),
+                served: limits.served_model_name.clone(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn completion(
+    req: &CompletionRequest,
+    model: &LoadedModel,
+    limits: &Limits,
+) -> Result<ValidatedRequest> {
+    check_model(req.model.as_deref(), limits)?;
+    let f = req.sampling();
+    check_single_choice(&f)?;
+    exactly_one("best_of", req.best_of)?;
+    if req.suffix.is_some() {
+        return Err(ValidationError::Unsupported {
+            field: "suffix",
+            reason: "braid has no fill-in-the-middle; omit it or send null",
+        });
+    }
+    let logprobs = match req.logprobs {
+        None => None,
+        Some(n) if (0..=20).contains(&n) => Some(n as usize),
+        Some(n) => return Err(out_of_range("logprobs", ">= 0 and <= 20", n)),
+    };
+    let echo = req.echo.unwrap_or(false);
+    if echo && logprobs.is_some() {
+        return Err(ValidationError::Unsupported {
+            field: "echo",
+            reason: "with `logprobs`, since braid does not compute prompt logprobs",
+        });
+    }
+    let params = sampling(&f, logprobs)?;
+    let stop_strings = stop_strings(&f, limits)?;
+    let stop_token_ids = stop_token_ids(&f, model, limits)?;
+    let raw = req
+        .prompt
+        .as_ref()
+        .ok_or(ValidationError::Missing { field: "prompt" })?;
+    let (prompt, text) = prompt(raw, model, limits)?;
+    let max_tokens = max_tokens("max_tokens", req.max_tokens, Some(16), prompt.len(), limits)?;
+    Ok(ValidatedRequest {
+        max_tokens,
+        params,
+        stop_strings,
+        stop_token_ids,
+        stream: f.stream.unwrap_or(false),
+        include_usage: include_usage(&f),
+        echo: echo.then(|| text.unwrap_or_else(|| model.tokenizer.decode(&prompt, false))),
+        logprobs,
+        prompt,
+    })
+}
+
+pub fn chat(
+    req: &ChatCompletionRequest,
+    model: &LoadedModel,
+    limits: &Limits,
+) -> Result<ValidatedRequest> {
+    check_model(req.model.as_deref(), limits)?;
+    let f = req.sampling();
+    check_single_choice(&f)?;
+    let top = match req.top_logprobs {
+        None => 0,
+        Some(n) if (0..=20).contains(&n) => n as usize,
+        Some(n) => return Err(out_of_range("top_logprobs", ">= 0 and <= 20", n)),
+    };
+    let logprobs = req.logprobs.unwrap_or(false).then_some(top);
+    if logprobs.is_none() && top > 0 {
+        return Err(ValidationError::Unsupported {
+            field: "top_logprobs",
+            reason: "without `logprobs: true`",
+        });
+    }
+    let params = sampling(&f, logprobs)?;
+    let stop_strings = stop_strings(&f, limits)?;
+    let stop_token_ids = stop_token_ids(&f, model, limits)?;
+    let messages = req
+        .messages
+        .as_ref()
+        .ok_or(ValidationError::Missing { field: "messages" })?;
+    let prompt = chat_prompt(messages, true, model)?;
+    let (field, requested) = match req.max_completion_tokens {
+        Some(n) => ("max_completion_tokens", Some(n)),
+        None => ("max_tokens", req.max_tokens),
+    };
+    let max_tokens = max_tokens(field, requested, None, prompt.len(), limits)?;
+    Ok(ValidatedRequest {
+        prompt,
+        max_tokens,
+        params,
+        stop_strings,
+        stop_token_ids,
+        stream: f.stream.unwrap_or(false),
+        include_usage: include_usage(&f),
+        echo: None,
+        logprobs,
+    })
+}
+
+/// Renders `messages` with the model's chat template and tokenizes the result.
+pub fn chat_prompt(
+    messages: &[ChatMessageIn],
+    add_generation_prompt: bool,
+    model: &LoadedModel,
+) -> Result<Vec<u32>> {
+    if messages.is_empty() {
+        return Err(ValidationError::Empty { field: "messages" });
+    }
+    let msgs = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| chat_message(i, m))
+        .collect::<Result<Vec<_>>>()?;
+    let text = model
+        .chat_template
+        .render(&msgs, add_generation_prompt)
+        .map_err(|e| ValidationError::Template(e.to_string()))?;
+    let tokens = encode(model, &text)?;
+    if tokens.is_empty() {
+        return Err(ValidationError::Empty { field: "messages" });
+    }
+    Ok(tokens)
+}
+
+fn chat_message(index: usize, m: &ChatMessageIn) -> Result<ChatMessage> {
+    let bad = |reason: String| ValidationError::InvalidMessage { index, reason };
+    let role = match m.role.as_deref() {
+        Some(r) if !r.is_empty() => r.to_string(),
+        _ => {
+            return Err(bad(
+                "needs a `role` (\"system\", \"user\" or \"assistant\")".into(),
+            ))
+        }
+    };
+    let content = match &m.content {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        Value::Array(parts) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, part) in parts.iter().enumerate() {
+                match (
+                    part.get("type").and_then(Value::as_str),
+                    part.get("text").and_then(Value::as_str),
+                ) {
+                    (Some("text"), Some(t)) => texts.push(t),
+                    (Some("text"), None) => {
+                        return Err(bad(format!("content part {j} has no `text` string")))
+                    }
+                    (Some(other), _) => {
+                        return Err(bad(format!(
+                            "content part {j} has type `{other}`; braid's models read text only"
+                        )))
+                    }
+                    (None, _) => {
+                        return Err(bad(format!("content part {j} needs a `type` (\"text\")")))
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+        _ => {
+            return Err(bad(
+                "`content` must be a string or an array of text parts".into()
+            ))
+        }
+    };
+    Ok(ChatMessage { role, content })
+}
+
+fn encode(model: &LoadedModel, text: &str) -> Result<Vec<u32>> {
+    model
+        .tokenizer
+        .encode(text)
+        .map_err(|e| ValidationError::Tokenize(e.to_string()))
+}
+
+/// The prompt's tokens, and its text when it was given as text.
+fn prompt(raw: &Value, model: &LoadedModel, limits: &Limits) -> Result<(Vec<u32>, Option<String>)> {
+    const SHAPE: &str =
+        "a string, an array of token ids, or an array holding one string or one array of token ids";
+    let wrong = ValidationError::WrongShape {
+        field: "prompt",
+        expected: SHAPE,
+    };
+    match raw {
+        Value::String(s) => {
+            let tokens = encode(model, s)?;
+            if tokens.is_empty() {
+                return Err(ValidationError::Empty { field: "prompt" });
+            }
+            Ok((tokens, Some(s.clone())))
+        }
+        Value::Array(items) if items.is_empty() => Err(ValidationError::Empty { field: "prompt" }),
+        Value::Array(items) if items.iter().all(Value::is_number) => {
+            Ok((token_ids("prompt", items, limits)?, None))
+        }
+        Value::Array(items)
+            if items.len() == 1 && (items[0].is_string() || items[0].is_array()) =>
+        {
+            prompt(&items[0], model, limits)
+        }
+        Value::Array(items) if items.iter().all(|v| v.is_string() || v.is_array()) => {
+            Err(ValidationError::MultiplePrompts { count: items.len() })
+        }
+        _ => Err(wrong),
+    }
+}
+
+fn token_ids(field: &'static str, items: &[Value], limits: &Limits) -> Result<Vec<u32>> {
+    let ids = items
+        .iter()
+        .map(|v| {
+            v.as_i64().ok_or(ValidationError::WrongShape {
+                field,
+                expected: "an array of integer token ids",
+            })
+        })
+        .collect::<Result<Vec<i64>>>()?;
+    known_token_ids(field, &ids, limits)
+}
+
+fn check_single_choice(f: &SamplingFields) -> Result<()> {
+    exactly_one("n", f.n)
+}
+
+fn exactly_one(field: &'static str, v: Option<i64>) -> Result<()> {
+    match v {
+        None | Some(1) => Ok(()),
+        Some(n) => Err(out_of_range(
+            field,
+            "1 (braid returns one choice per request)",
+            n,
+        )),
+    }
+}
+
+fn include_usage(f: &SamplingFields) -> bool {
+    f.stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false)
+}
+
+fn out_of_range(field: &'static str, bound: &str, got: impl ToString) -> ValidationError {
+    ValidationError::OutOfRange {
+        field,
+        bound: bound.to_string(),
+        got: got.to_string(),
+    }
+}
+
+/// `v` (default `default`) must be finite and within the bounds; `bound` describes them.
+fn float(
+    field: &'static str,
+    v: Option<f64>,
+    default: f64,
+    ok: impl Fn(f64) -> bool,
+    bound: &str,
+) -> Result<f32> {
+    let Some(x) = v else {
+        return Ok(default as f32);
+    };
+    if !x.is_finite() {
+        return Err(ValidationError::NotFinite { field, got: x });
+    }
+    if !ok(x) {
+        return Err(out_of_range(field, bound, x));
+    }
+    Ok(x as f32)
+}
+
+fn sampling(f: &SamplingFields, logprobs: Option<usize>) -> Result<SamplingParams> {
+    let temperature = float(
+        "temperature",
+        f.temperature,
+        1.0,
+        |x| (0.0..=2.0).contains(&x),
+        ">= 0 and <= 2",
+    )?;
+    let top_p = float(
+        "top_p",
+        f.top_p,
+        1.0,
+        |x| x > 0.0 && x <= 1.0,
+        "> 0 and <= 1",
+    )?;
+    let min_p = float(
+        "min_p",
+        f.min_p,
+        0.0,
+        |x| (0.0..=1.0).contains(&x),
+        ">= 0 and <= 1",
+    )?;
+    let penalty = |x: f64| (-2.0..=2.0).contains(&x);
+    let presence_penalty = float(
+        "presence_penalty",
+        f.presence_penalty,
+        0.0,
+        penalty,
+        ">= -2 and <= 2",
+    )?;
+    let frequency_penalty = float(
+        "frequency_penalty",
+        f.frequency_penalty,
+        0.0,
+        penalty,
+        ">= -2 and <= 2",
+    )?;
+    let repetition_penalty = float(
+        "repetition_penalty",
+        f.repetition_penalty,
+        1.0,
+        |x| x > 0.0 && x <= 2.0,
+        "> 0 and <= 2",
+    )?;
+    let top_k = match f.top_k {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k > 0 => k as usize,
+        Some(k) => return Err(out_of_range("top_k", ">= 0 (0 or -1 turn it off)", k)),
+    };
+    Ok(SamplingParams {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        repetition_penalty,
+        presence_penalty,
+        frequency_penalty,
+        seed: f.seed.map(|s| s as u64),
+        logprobs,
+    })
+}
+
+fn stop_strings(f: &SamplingFields, limits: &Limits) -> Result<Vec<String>> {
+    let stops: Vec<String> = match &f.stop {
+        None | Some(Value::Null) => vec![],
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        Some(_) => {
+            return Err(ValidationError::WrongShape {
+                field: "stop",
+                expected: "a string or an array of strings",
+            })
+        }
+    };
+    if stops.len() > limits.max_stop_strings {
+        return Err(ValidationError::TooManyStops {
+            count: stops.len(),
+            max: limits.max_stop_strings,
+        });
+    }
+    for (index, s) in stops.iter().enumerate() {
+        if s.is_empty() {
+            return Err(ValidationError::Empty { field: "stop" });
+        }
+        if s.len() > limits.max_stop_string_len {
+            return Err(ValidationError::StopTooLong {
+                index,
+                len: s.len(),
+                max: limits.max_stop_string_len,
+            });
+        }
+    }
+    Ok(stops)
+}
+
+fn stop_token_ids(f: &SamplingFields, model: &LoadedModel, limits: &Limits) -> Result<Vec<u32>> {
+    let mut ids: Vec<u32> = if f.ignore_eos.unwrap_or(false) {
+        vec![]
+    } else {
+        model.tokenizer.eos_token_ids().to_vec()
+    };
+    for id in known_token_ids(
+        "stop_token_ids",
+        f.stop_token_ids.as_deref().unwrap_or(&[]),
+        limits,
+    )? {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
+/// `ids` as token ids, each inside the vocabulary.
+pub fn known_token_ids(field: &'static str, ids: &[i64], limits: &Limits) -> Result<Vec<u32>> {
+    ids.iter()
+        .map(|&id| match id {
+            id if id >= 0 && (id as u64) < limits.vocab_size as u64 => Ok(id as u32),
+            id => Err(ValidationError::TokenOutOfVocab {
+                field,
+                id,
+                vocab: limits.vocab_size,
+            }),
+        })
+        .collect()
+}
+
+/// The request's `max_tokens` (or `default`; without one, all the context the prompt leaves,
+/// up to the cap), checked against the cap and the context.
+fn max_tokens(
+    field: &'static str,
+    requested: Option<i64>,
+    default: Option<usize>,
+    prompt: usize,
+    limits: &Limits,
+) -> Result<usize> {
+    let context = limits.context_length;
+    if prompt >= context {
+        return Err(ValidationError::PromptFillsContext { prompt, context });
+    }
+    let max_tokens = match requested {
+        Some(n) if n < 1 => return Err(out_of_range(field, ">= 1", n)),
+        Some(n) if n as u64 > limits.max_tokens_cap as u64 => {
+            return Err(out_of_range(
+                field,
+                &format!(
+                    "<= {} (the server's --max-tokens-cap)",
+                    limits.max_tokens_cap
+                ),
+                n,
+            ))
+        }
+        Some(n) => n as usize,
+        None => match default {
+            Some(d) => d.min(limits.max_tokens_cap),
+            None => (context - prompt).min(limits.max_tokens_cap),
+        },
+    };
+    if prompt + max_tokens > context {
+        return Err(ValidationError::ContextOverflow {
+            field,
+            prompt,
+            max_tokens,
+            context,
+        });
+    }
+    Ok(max_tokens)
+}
+
+#[cfg(test)]
+#[path = "validation_tests.rs"]
+mod tests;

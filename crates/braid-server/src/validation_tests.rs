@@ -1,0 +1,328 @@
+//! Unit tests of validation.rs, against the tiny test model (context 512, vocabulary 262).
+
+use super::*;
+use crate::openai_types::{ChatCompletionRequest, CompletionRequest};
+use std::sync::OnceLock;
+
+fn model() -> &'static LoadedModel {
+    static MODEL: OnceLock<LoadedModel> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        braid_model::tiny_gguf::write(&path, 1).unwrap();
+        LoadedModel::load(&path).unwrap()
+    })
+}
+
+fn limits() -> Limits {
+    Limits {
+        served_model_name: "tiny".into(),
+        context_length: 512,
+        vocab_size: model().tokenizer.vocab_size(),
+        max_tokens_cap: 512,
+        max_stop_strings: 4,
+        max_stop_string_len: 8,
+    }
+}
+
+fn completion_json(v: serde_json::Value) -> Result<ValidatedRequest> {
+    let req: CompletionRequest = serde_json::from_value(v).unwrap();
+    completion(&req, model(), &limits())
+}
+
+fn chat_json(v: serde_json::Value) -> Result<ValidatedRequest> {
+    let req: ChatCompletionRequest = serde_json::from_value(v).unwrap();
+    chat(&req, model(), &limits())
+}
+
+fn message(v: serde_json::Value) -> String {
+    completion_json(v).unwrap_err().to_string()
+}
+
+#[test]
+fn a_plain_request_gets_openai_defaults() {
+    let r = completion_json(serde_json::json!({"prompt": "hello"})).unwrap();
+    assert_eq!(r.prompt, model().tokenizer.encode("hello").unwrap());
+    assert_eq!(r.max_tokens, 16);
+    assert_eq!(r.params.temperature, 1.0);
+    assert_eq!(r.stop_token_ids, model().tokenizer.eos_token_ids().to_vec());
+    assert!(!r.stream && r.echo.is_none() && r.logprobs.is_none());
+}
+
+#[test]
+fn sampling_bounds_name_the_field_and_the_bound() {
+    let cases = [
+        (
+            serde_json::json!({"prompt": "a", "temperature": -1}),
+            "`temperature` must be >= 0 and <= 2, got -1",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "temperature": 2.5}),
+            "`temperature` must be >= 0 and <= 2, got 2.5",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "top_p": 0}),
+            "`top_p` must be > 0 and <= 1, got 0",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "top_k": -2}),
+            "`top_k` must be >= 0 (0 or -1 turn it off), got -2",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "min_p": 1.5}),
+            "`min_p` must be >= 0 and <= 1, got 1.5",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "presence_penalty": 3}),
+            "`presence_penalty` must be >= -2 and <= 2, got 3",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "frequency_penalty": -2.5}),
+            "`frequency_penalty` must be >= -2 and <= 2, got -2.5",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "repetition_penalty": 0}),
+            "`repetition_penalty` must be > 0 and <= 2, got 0",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "max_tokens": -5}),
+            "`max_tokens` must be >= 1, got -5",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "max_tokens": 0}),
+            "`max_tokens` must be >= 1, got 0",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "max_tokens": 600}),
+            "`max_tokens` must be <= 512 (the server's --max-tokens-cap), got 600",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "n": 2}),
+            "`n` must be 1 (braid returns one choice per request), got 2",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "best_of": 3}),
+            "`best_of` must be 1 (braid returns one choice per request), got 3",
+        ),
+        (
+            serde_json::json!({"prompt": "a", "logprobs": 21}),
+            "`logprobs` must be >= 0 and <= 20, got 21",
+        ),
+    ];
+    for (body, want) in cases {
+        assert_eq!(message(body.clone()), want, "{body}");
+    }
+    let e = completion_json(serde_json::json!({"prompt": "a", "temperature": -1})).unwrap_err();
+    assert_eq!(
+        (e.status(), e.param()),
+        (StatusCode::BAD_REQUEST, Some("temperature"))
+    );
+}
+
+#[test]
+fn non_finite_numbers_are_rejected() {
+    let f = SamplingFields {
+        temperature: Some(f64::NAN),
+        ..Default::default()
+    };
+    assert!(matches!(
+        sampling(&f, None),
+        Err(ValidationError::NotFinite {
+            field: "temperature",
+            ..
+        })
+    ));
+    let f = SamplingFields {
+        top_p: Some(f64::INFINITY),
+        ..Default::default()
+    };
+    assert!(matches!(
+        sampling(&f, None),
+        Err(ValidationError::NotFinite { field: "top_p", .. })
+    ));
+}
+
+#[test]
+fn prompt_shapes() {
+    let ids =
+        |v: serde_json::Value| completion_json(serde_json::json!({"prompt": v})).map(|r| r.prompt);
+    assert_eq!(ids(serde_json::json!([5, 6, 7])).unwrap(), vec![5, 6, 7]);
+    assert_eq!(ids(serde_json::json!([[5, 6]])).unwrap(), vec![5, 6]);
+    assert_eq!(
+        ids(serde_json::json!(["hi"])).unwrap(),
+        model().tokenizer.encode("hi").unwrap()
+    );
+    assert_eq!(
+        ids(serde_json::json!("")).unwrap_err(),
+        ValidationError::Empty { field: "prompt" }
+    );
+    assert_eq!(
+        ids(serde_json::json!([])).unwrap_err(),
+        ValidationError::Empty { field: "prompt" }
+    );
+    assert_eq!(
+        ids(serde_json::json!(["a", "b"])).unwrap_err(),
+        ValidationError::MultiplePrompts { count: 2 }
+    );
+    assert!(matches!(
+        ids(serde_json::json!(5)),
+        Err(ValidationError::WrongShape {
+            field: "prompt",
+            ..
+        })
+    ));
+    assert!(matches!(
+        ids(serde_json::json!([1, "a"])),
+        Err(ValidationError::WrongShape {
+            field: "prompt",
+            ..
+        })
+    ));
+    assert!(matches!(
+        ids(serde_json::json!([1.5])),
+        Err(ValidationError::WrongShape {
+            field: "prompt",
+            ..
+        })
+    ));
+    let e = ids(serde_json::json!([1, 300])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`prompt` has token id 300, outside the vocabulary of 262 tokens (ids 0 to 261)"
+    );
+    assert_eq!(message(serde_json::json!({})), "`prompt` is required");
+}
+
+#[test]
+fn context_overflow_names_the_numbers() {
+    let long = "x".repeat(600);
+    assert_eq!(
+        message(serde_json::json!({"prompt": long})),
+        "the prompt (600 tokens) fills the model's context of 512 tokens and leaves no room for a completion"
+    );
+    let e = completion_json(serde_json::json!({"prompt": "x".repeat(500), "max_tokens": 20}))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "prompt (500 tokens) + max_tokens (20) = 520 exceeds the model's context of 512 tokens"
+    );
+    assert_eq!(e.code(), Some("context_length_exceeded"));
+}
+
+#[test]
+fn unknown_model_is_404_and_omitted_model_is_fine() {
+    let e = completion_json(serde_json::json!({"prompt": "a", "model": "gpt-4"})).unwrap_err();
+    assert_eq!(e.status(), StatusCode::NOT_FOUND);
+    assert_eq!(e.code(), Some("model_not_found"));
+    assert!(completion_json(serde_json::json!({"prompt": "a", "model": "tiny"})).is_ok());
+}
+
+#[test]
+fn stop_strings_are_bounded() {
+    assert_eq!(
+        completion_json(serde_json::json!({"prompt": "a", "stop": "x"}))
+            .unwrap()
+            .stop_strings,
+        vec!["x"]
+    );
+    assert_eq!(
+        completion_json(serde_json::json!({"prompt": "a", "stop": ["x", "y"]}))
+            .unwrap()
+            .stop_strings,
+        vec!["x", "y"]
+    );
+    assert_eq!(
+        message(serde_json::json!({"prompt": "a", "stop": ["1", "2", "3", "4", "5"]})),
+        "`stop` holds 5 strings; at most 4 are allowed"
+    );
+    assert_eq!(
+        message(serde_json::json!({"prompt": "a", "stop": "123456789"})),
+        "`stop` string 0 is 9 bytes long; at most 8 are allowed"
+    );
+    assert_eq!(
+        message(serde_json::json!({"prompt": "a", "stop": [""]})),
+        "`stop` must not be empty"
+    );
+    assert_eq!(
+        message(serde_json::json!({"prompt": "a", "stop": 3})),
+        "`stop` must be a string or an array of strings"
+    );
+}
+
+#[test]
+fn ignore_eos_and_stop_token_ids() {
+    let r = completion_json(
+        serde_json::json!({"prompt": "a", "ignore_eos": true, "stop_token_ids": [7]}),
+    )
+    .unwrap();
+    assert_eq!(r.stop_token_ids, vec![7]);
+    assert!(matches!(
+        completion_json(serde_json::json!({"prompt": "a", "stop_token_ids": [999]})),
+        Err(ValidationError::TokenOutOfVocab {
+            field: "stop_token_ids",
+            id: 999,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn echo_and_unsupported_fields() {
+    let r = completion_json(serde_json::json!({"prompt": [104, 105], "echo": true})).unwrap();
+    assert_eq!(
+        r.echo.as_deref(),
+        Some(model().tokenizer.decode(&[104, 105], false).as_str())
+    );
+    assert!(matches!(
+        completion_json(serde_json::json!({"prompt": "a", "echo": true, "logprobs": 1})),
+        Err(ValidationError::Unsupported { field: "echo", .. })
+    ));
+    assert!(matches!(
+        completion_json(serde_json::json!({"prompt": "a", "suffix": "b"})),
+        Err(ValidationError::Unsupported {
+            field: "suffix",
+            ..
+        })
+    ));
+    assert!(completion_json(serde_json::json!({"prompt": "a", "suffix": null})).is_ok());
+}
+
+#[test]
+fn chat_renders_the_template_and_defaults_max_tokens_to_the_rest_of_the_context() {
+    let r =
+        chat_json(serde_json::json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap();
+    let want = model()
+        .tokenizer
+        .encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+        .unwrap();
+    assert_eq!(r.prompt, want);
+    assert_eq!(r.max_tokens, 512 - want.len());
+    let parts = chat_json(serde_json::json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})).unwrap();
+    assert_eq!(parts.prompt, want);
+    let r = chat_json(serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "max_completion_tokens": 7})).unwrap();
+    assert_eq!(r.max_tokens, 7);
+    let r = chat_json(serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3})).unwrap();
+    assert_eq!((r.logprobs, r.params.logprobs), (Some(3), Some(3)));
+}
+
+#[test]
+fn chat_message_errors() {
+    let err = |v: serde_json::Value| chat_json(v).unwrap_err().to_string();
+    assert_eq!(
+        err(serde_json::json!({"messages": []})),
+        "`messages` must not be empty"
+    );
+    assert_eq!(err(serde_json::json!({})), "`messages` is required");
+    assert!(err(serde_json::json!({"messages": [{"content": "x"}]}))
+        .starts_with("`messages[0]` needs a `role`"));
+    assert_eq!(
+        err(
+            serde_json::json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})
+        ),
+        "`messages[0]` content part 0 has type `image_url`; braid's models read text only"
+    );
+    assert!(err(
+        serde_json::json!({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})
+    )
+    .contains("top_logprobs"));
+}
