@@ -251,3 +251,7 @@ impl Drop for Generation {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "generation_tests.rs"]
+mod tests;

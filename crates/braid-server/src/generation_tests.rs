@@ -1,0 +1,233 @@
+//! Tests of a request's life against a scripted fake engine: the cases a real engine rarely
+//! produces on demand (a failure mid-stream, a stalled sequence hitting the deadline, a
+//! dropped request), and that a matched stop string cancels the sequence.
+
+use super::*;
+use crate::app::router;
+use crate::args::ServeArgs;
+use crate::engine_handle::{EngineHandle, EngineShared, Finished};
+use crate::metrics::Metrics;
+use crate::validation::Limits;
+use axum::body::Body;
+use braid_model::SamplingParams;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, OnceLock};
+use std::time::Duration;
+use tower::ServiceExt;
+
+fn model() -> Arc<LoadedModel> {
+    static MODEL: OnceLock<Arc<LoadedModel>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("tiny.gguf");
+            braid_model::tiny_gguf::write(&path, 3).unwrap();
+            Arc::new(LoadedModel::load(&path).unwrap())
+        })
+        .clone()
+}
+
+/// The id of the one-byte token `b`.
+fn byte_token(b: u8) -> u32 {
+    let m = model();
+    (0..m.tokenizer.vocab_size() as u32)
+        .find(|&i| m.tokenizer.token_bytes(i) == [b])
+        .unwrap()
+}
+
+fn token(b: u8) -> EngineEvent {
+    EngineEvent::Token(Sampled {
+        token: byte_token(b),
+        logprob: None,
+        top: vec![],
+    })
+}
+
+/// A ready server state whose engine is `script`, run on its own thread for each request.
+fn fake_server(request_timeout_secs: u64, script: fn(EngineRequest)) -> AppState {
+    let mut args = ServeArgs::with_model("tiny.gguf");
+    args.request_timeout_secs = request_timeout_secs;
+    let state = AppState::new(&args, Arc::new(Metrics::new()));
+    let (tx, rx) = mpsc::channel::<EngineRequest>();
+    let shared = Arc::new(EngineShared::default());
+    shared.alive.store(true, Ordering::Release);
+    let engine = EngineHandle::new(tx, shared.clone(), 8, tokio::sync::broadcast::channel(4).0);
+    std::thread::spawn(move || {
+        while let Ok(req) = rx.recv() {
+            shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            std::thread::spawn(move || script(req));
+        }
+    });
+    let m = model();
+    let limits = Limits {
+        served_model_name: state.served_model_name.clone(),
+        context_length: 512,
+        vocab_size: m.tokenizer.vocab_size(),
+        max_tokens_cap: 512,
+        max_stop_strings: 4,
+        max_stop_string_len: 64,
+    };
+    state.set_ready(Ready {
+        model: m,
+        engine,
+        limits,
+        created: 0,
+    });
+    state
+}
+
+fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
+    ValidatedRequest {
+        prompt: vec![byte_token(b'a')],
+        max_tokens,
+        params: SamplingParams::greedy(),
+        stop_strings: stops.iter().map(|s| s.to_string()).collect(),
+        stop_token_ids: vec![],
+        stream: false,
+        include_usage: false,
+        echo: None,
+        logprobs: None,
+    }
+}
+
+async fn post(state: &AppState, body: serde_json::Value) -> (u16, String) {
+    let req = axum::http::Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let resp = router(state.clone(), Duration::from_secs(5))
+        .oneshot(req)
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn a_stalled_sequence_ends_at_the_deadline_with_length() {
+    let state = fake_server(1, |req| {
+        let _ = req.events.send(token(b'x'));
+        let _ = req.events.send(token(b'y'));
+        // Never finishes; holds the channel open until the client gives up.
+        while !req.events.is_closed() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let ready = state.get_ready().unwrap();
+    let started = Instant::now();
+    let g = Generation::start(&state, ready, request(100, &[]), Instant::now(), "test").unwrap();
+    let out = g.collect().await.unwrap();
+    assert_eq!(
+        (out.text.as_str(), out.finish, out.usage.completion_tokens),
+        ("xy", FinishReason::Length, 2)
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stop_string_cuts_the_text_and_cancels_the_sequence() {
+    static CANCELLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let state = fake_server(10, |req| {
+        for b in *b"abcdef" {
+            let _ = req.events.send(token(b));
+        }
+        for _ in 0..500 {
+            if req.events.is_closed() {
+                CANCELLED.store(true, Ordering::Release);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let ready = state.get_ready().unwrap();
+    let g =
+        Generation::start(&state, ready, request(100, &["cd"]), Instant::now(), "test").unwrap();
+    let out = g.collect().await.unwrap();
+    assert_eq!(
+        (out.text.as_str(), out.finish, out.usage.completion_tokens),
+        ("ab", FinishReason::Stop, 4)
+    );
+    for _ in 0..500 {
+        if CANCELLED.load(Ordering::Acquire) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("the engine never saw the request cancelled");
+}
+
+#[tokio::test]
+async fn held_text_is_released_when_the_engine_finishes() {
+    let state = fake_server(10, |req| {
+        for b in *b"xa" {
+            let _ = req.events.send(token(b));
+        }
+        let _ = req.events.send(EngineEvent::Done(Finished {
+            reason: FinishReason::Stop,
+            prompt_tokens: 1,
+            completion_tokens: 2,
+        }));
+    });
+    let ready = state.get_ready().unwrap();
+    let g =
+        Generation::start(&state, ready, request(100, &["ab"]), Instant::now(), "test").unwrap();
+    let out = g.collect().await.unwrap();
+    assert_eq!((out.text.as_str(), out.finish), ("xa", FinishReason::Stop));
+}
+
+#[tokio::test]
+async fn an_engine_failure_is_a_500_or_an_sse_error_event() {
+    let state = fake_server(10, |req| {
+        let _ = req.events.send(token(b'x'));
+        let _ = req
+            .events
+            .send(EngineEvent::Failed("the forward pass failed".into()));
+    });
+    let (status, body) = post(&state, serde_json::json!({"prompt": "a"})).await;
+    assert_eq!(status, 500, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("the forward pass failed"));
+    assert_eq!(v["error"]["type"], "server_error");
+
+    let (status, body) = post(&state, serde_json::json!({"prompt": "a", "stream": true})).await;
+    assert_eq!(status, 200);
+    let events: Vec<&str> = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.len(), 3, "{body}");
+    assert!(events[0].contains("\"text\":\"x\""), "{body}");
+    let err: serde_json::Value = serde_json::from_str(events[1]).unwrap();
+    assert!(err["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("the forward pass failed"));
+    assert_eq!(events[2], "[DONE]");
+    let metrics = state.metrics.render();
+    assert!(
+        metrics.contains("braid_request_errors_total{status=\"500\"} 2"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_engine_drops_is_an_error_not_a_hang() {
+    let state = fake_server(10, drop);
+    let ready = state.get_ready().unwrap();
+    let g = Generation::start(&state, ready, request(5, &[]), Instant::now(), "test").unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), g.collect())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.status, axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+}
