@@ -55,7 +55,10 @@ impl PackedWeight {
     /// Quantizes a row-major `n × k` f32 matrix (row i = output i). `k` must be a multiple of 32.
     pub fn from_f32(data: &[f32], n: usize, k: usize) -> Self {
         assert_eq!(data.len(), n * k, "weight data does not match {n}x{k}");
-        assert!(k % BLOCK == 0, "k = {k} is not a multiple of {BLOCK}");
+        assert!(
+            k.is_multiple_of(BLOCK),
+            "k = {k} is not a multiple of {BLOCK}"
+        );
         let k_blocks = k / BLOCK;
         let n_tiles = n.div_ceil(TILE_N);
         let empty = Tile {
@@ -111,7 +114,7 @@ impl PackedWeight {
 impl QuantizedRows {
     /// Quantizes `m` rows of `k` values (row-major) into `self`, reusing its buffers.
     pub fn quantize(&mut self, x: &[f32], m: usize, k: usize) {
-        assert!(k % BLOCK == 0 && x.len() >= m * k);
+        assert!(k.is_multiple_of(BLOCK) && x.len() >= m * k);
         let k_blocks = k / BLOCK;
         self.m = m;
         self.k_blocks = k_blocks;
@@ -286,23 +289,23 @@ mod vnni {
             let mut iacc = [_mm512_setzero_si512(); R];
             for g in 0..BLOCK / 4 {
                 let wv = _mm512_load_si512(tile.qs[g].as_ptr() as *const __m512i);
-                for r in 0..R {
+                for (r, acc) in iacc.iter_mut().enumerate() {
                     let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + g * 4) as *const i32;
                     let av = _mm512_set1_epi32(a.read_unaligned());
-                    iacc[r] = _mm512_dpbusd_epi32(iacc[r], wv, av);
+                    *acc = _mm512_dpbusd_epi32(*acc, wv, av);
                 }
             }
-            for r in 0..R {
+            for (r, (acc, total)) in iacc.iter().zip(facc.iter_mut()).enumerate() {
                 let b = (row0 + r) * kbs + kb;
                 let corr = _mm512_set1_epi32(*x.corrections.get_unchecked(b));
-                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[r], corr));
+                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(*acc, corr));
                 let s = _mm512_mul_ps(wscale, _mm512_set1_ps(*x.scales.get_unchecked(b)));
-                facc[r] = _mm512_fmadd_ps(f, s, facc[r]);
+                *total = _mm512_fmadd_ps(f, s, *total);
             }
         }
-        for r in 0..R {
+        for (r, total) in facc.iter().enumerate() {
             let dst = out.as_mut_ptr().add((row0 + r) * n + t * TILE_N);
-            _mm512_mask_storeu_ps(dst, mask, facc[r]);
+            _mm512_mask_storeu_ps(dst, mask, *total);
         }
     }
 }

@@ -81,18 +81,13 @@ impl BlockAllocator {
     /// ignored in release builds.
     pub fn free(&mut self, blocks: &[BlockId]) {
         for &b in blocks {
+            // Accounting that has gone wrong must stop the step rather than let two
+            // sequences write the same block: the engine fails the step and starts afresh.
+            let pool = self.ref_counts.len();
             let Some(count) = self.ref_counts.get_mut(b as usize) else {
-                debug_assert!(
-                    false,
-                    "free of block {b} outside a pool of {}",
-                    self.ref_counts.len()
-                );
-                continue;
+                panic!("free of block {b} outside a pool of {pool}");
             };
-            if *count == 0 {
-                debug_assert!(false, "double free of KV block {b}");
-                continue;
-            }
+            assert!(*count > 0, "double free of KV block {b}");
             *count -= 1;
             if *count == 0 {
                 self.free_list.push(b);
@@ -107,7 +102,7 @@ impl BlockAllocator {
         for &b in blocks {
             match self.ref_counts.get_mut(b as usize) {
                 Some(count) if *count > 0 => *count += 1,
-                _ => debug_assert!(false, "retain of unheld KV block {b}"),
+                _ => panic!("retain of unheld KV block {b}"),
             }
         }
     }

@@ -10,7 +10,9 @@
 //! flight gets a `Failed` event (a 500 for its client), the scheduler and KV pool start afresh,
 //! and the engine keeps serving.
 
-use crate::engine_handle::{EngineEvent, EngineHandle, EngineRequest, EngineShared, FinishReason, Finished, StepRecord};
+use crate::engine_handle::{
+    EngineEvent, EngineHandle, EngineRequest, EngineShared, FinishReason, Finished, StepRecord,
+};
 use crate::metrics::Metrics;
 use braid_model::{BatchEntry, KvPool, LoadedModel, Sampler, Workspace};
 use braid_sched::{CostModel, Scheduler, SchedulerConfig, StepFeatures, StepPlan};
@@ -36,7 +38,11 @@ pub struct EngineConfig {
 }
 
 /// Starts the engine thread on `model` and returns the handle handlers submit to.
-pub fn spawn_engine(model: Arc<LoadedModel>, cfg: EngineConfig, metrics: Arc<Metrics>) -> anyhow::Result<EngineHandle> {
+pub fn spawn_engine(
+    model: Arc<LoadedModel>,
+    cfg: EngineConfig,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<EngineHandle> {
     let mc = model.config();
     let num_blocks = KvPool::blocks_for_budget(mc, cfg.block_size, cfg.kv_cache_mb);
     let sched_cfg = SchedulerConfig {
@@ -52,9 +58,15 @@ pub fn spawn_engine(model: Arc<LoadedModel>, cfg: EngineConfig, metrics: Arc<Met
         starvation_after: cfg.starvation_after,
         min_prefill_chunk: 16.min(cfg.max_batched_tokens),
     };
-    sched_cfg.validate().map_err(|e| anyhow::anyhow!("engine settings: {e}"))?;
+    sched_cfg
+        .validate()
+        .map_err(|e| anyhow::anyhow!("engine settings: {e}"))?;
     if num_blocks * cfg.block_size < 2 * cfg.block_size {
-        anyhow::bail!("--kv-cache-mb {} holds fewer than two blocks of {} tokens for this model", cfg.kv_cache_mb, cfg.block_size);
+        anyhow::bail!(
+            "--kv-cache-mb {} holds fewer than two blocks of {} tokens for this model",
+            cfg.kv_cache_mb,
+            cfg.block_size
+        );
     }
     let shared = Arc::new(EngineShared::default());
     shared.alive.store(true, Ordering::Release);
@@ -68,26 +80,40 @@ pub fn spawn_engine(model: Arc<LoadedModel>, cfg: EngineConfig, metrics: Arc<Met
         threads = rayon::current_num_threads(),
         "engine starting"
     );
-    std::thread::Builder::new().name("braid-engine".into()).spawn(move || {
-        let kv = KvPool::new(model.config(), cfg.block_size, num_blocks);
-        let mut engine = Engine {
-            epoch: Instant::now(),
-            cost: CostModel::default(),
-            sched: Scheduler::new(sched_cfg.clone()),
-            sched_cfg,
-            model,
-            kv,
-            ws: Workspace::default(),
-            active: HashMap::new(),
-            shared: shared.clone(),
-            metrics,
-            preemptions_seen: 0,
-            steps,
-        };
-        engine.calibrate();
-        engine.run(rx);
-        shared.alive.store(false, Ordering::Release);
-    })?;
+    std::thread::Builder::new()
+        .name("braid-engine".into())
+        .spawn(move || {
+            let kv = KvPool::new(model.config(), cfg.block_size, num_blocks);
+            let mut engine = Engine {
+                epoch: Instant::now(),
+                cost: CostModel::default(),
+                sched: Scheduler::new(sched_cfg.clone()),
+                sched_cfg,
+                model,
+                kv,
+                ws: Workspace::default(),
+                active: HashMap::new(),
+                shared: shared.clone(),
+                metrics,
+                preemptions_seen: 0,
+                steps,
+            };
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                engine.calibrate();
+                engine.run(rx);
+            }));
+            shared.alive.store(false, Ordering::Release);
+            if let Err(panic) = outcome {
+                tracing::error!(
+                    "the engine thread died ({}); exiting",
+                    panic_message(&*panic)
+                );
+                // Dropping the engine closes every request's channel: handlers answer 500.
+                drop(engine);
+                std::thread::sleep(Duration::from_secs(1));
+                std::process::exit(70);
+            }
+        })?;
     Ok(handle)
 }
 
@@ -138,22 +164,51 @@ impl Engine {
         }
         let vocab = self.model.config().vocab_size as u32;
         let tok = |i: usize| (1000 + i as u32 * 7919) % vocab.max(1);
-        let tables: Vec<Vec<u32>> = (0..8).map(|s| (0..(256 / bs) as u32).map(|b| s * (256 / bs) as u32 + b).collect()).collect();
+        let tables: Vec<Vec<u32>> = (0..8)
+            .map(|s| {
+                (0..(256 / bs) as u32)
+                    .map(|b| s * (256 / bs) as u32 + b)
+                    .collect()
+            })
+            .collect();
         let prompt: Vec<u32> = (0..256).map(tok).collect();
         let t0 = Instant::now();
-        for (len, decoders) in [(64usize, 0usize), (128, 0), (0, 1), (0, 4), (0, 8), (32, 4), (128, 4)] {
+        for (len, decoders) in [
+            (64usize, 0usize),
+            (128, 0),
+            (0, 1),
+            (0, 4),
+            (0, 8),
+            (32, 4),
+            (128, 4),
+        ] {
             let mut entries = Vec::new();
             let mut f = StepFeatures::default();
             for (d, table) in tables.iter().enumerate().take(decoders) {
-                entries.push(BatchEntry { tokens: &prompt[d..d + 1], start: 64, block_table: table, sample: true });
+                entries.push(BatchEntry {
+                    tokens: &prompt[d..d + 1],
+                    start: 64,
+                    block_table: table,
+                    sample: true,
+                });
                 f.add_chunk(64, 1, true);
             }
             if len > 0 {
-                entries.push(BatchEntry { tokens: &prompt[..len], start: 0, block_table: &tables[7], sample: true });
+                entries.push(BatchEntry {
+                    tokens: &prompt[..len],
+                    start: 0,
+                    block_table: &tables[7],
+                    sample: true,
+                });
                 f.add_chunk(0, len, false);
             }
             let t = Instant::now();
-            if self.model.model.forward(&entries, &mut self.kv, &mut self.ws).is_err() {
+            if self
+                .model
+                .model
+                .forward(&entries, &mut self.kv, &mut self.ws)
+                .is_err()
+            {
                 return;
             }
             self.cost.observe(f, t.elapsed().as_secs_f64());
@@ -179,29 +234,43 @@ impl Engine {
                 }
             }
             self.drop_cancelled();
-            let plan = self.sched.plan(self.now());
-            if plan.is_empty() {
-                self.publish();
-                if !self.active.is_empty() {
-                    std::thread::sleep(Duration::from_millis(1));
+            let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let plan = self.sched.plan(self.now());
+                if !plan.is_empty() {
+                    self.step(&plan);
                 }
-                continue;
+                !plan.is_empty()
+            }));
+            match stepped {
+                Ok(true) => {}
+                Ok(false) if !self.active.is_empty() => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(false) => {}
+                Err(panic) => self.fail_all(&format!("engine panic: {}", panic_message(&*panic))),
             }
-            self.step(&plan);
             self.publish();
         }
     }
 
     fn admit(&mut self, req: EngineRequest) {
-        let arrival_secs = req.arrival.saturating_duration_since(self.epoch).as_secs_f64();
+        let arrival_secs = req
+            .arrival
+            .saturating_duration_since(self.epoch)
+            .as_secs_f64();
         let prompt_tokens = req.prompt.len();
         let sampler = Sampler::new(req.params, &req.prompt);
-        if let Err(e) = self.sched.add(req.id, req.prompt, req.max_tokens, arrival_secs) {
+        if let Err(e) = self
+            .sched
+            .add(req.id, req.prompt, req.max_tokens, arrival_secs)
+        {
             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             let _ = req.events.send(EngineEvent::Failed(e.to_string()));
             return;
         }
-        self.metrics.prompt_tokens_total.inc_by(prompt_tokens as u64);
+        self.metrics
+            .prompt_tokens_total
+            .inc_by(prompt_tokens as u64);
         self.active.insert(
             req.id,
             Active {
@@ -222,12 +291,22 @@ impl Engine {
     }
 
     fn drop_cancelled(&mut self) {
-        let gone: Vec<u64> = self.active.iter().filter(|(_, a)| a.events.is_closed()).map(|(&id, _)| id).collect();
+        let gone: Vec<u64> = self
+            .active
+            .iter()
+            .filter(|(_, a)| a.events.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
         for id in gone {
             self.sched.abort(id);
             if let Some(a) = self.active.remove(&id) {
                 self.release_waiting(&a);
-                tracing::info!(id = a.id_for_log, prompt_tokens = a.prompt_tokens, completion_tokens = a.generated, "request cancelled by client");
+                tracing::debug!(
+                    id = a.id_for_log,
+                    prompt_tokens = a.prompt_tokens,
+                    completion_tokens = a.generated,
+                    "sequence of a departed client freed"
+                );
             }
         }
     }
@@ -251,33 +330,30 @@ impl Engine {
                 }
             }
         }
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| self.forward_and_sample(plan)));
-        let sampled = match outcome {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return self.fail_all(&format!("model error: {e}")),
-            Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("unknown panic");
-                return self.fail_all(&format!("engine panic: {msg}"));
-            }
+        let sampled = match self.forward_and_sample(plan) {
+            Ok(s) => s,
+            Err(e) => return self.fail_all(&format!("model error: {e}")),
         };
         let ids: Vec<(u64, u32)> = sampled.iter().map(|(id, s)| (*id, s.token)).collect();
         self.sched.commit(plan, &ids);
         let secs = started.elapsed().as_secs_f64();
         self.sched.observe_step(StepFeatures::of(plan), secs);
         self.metrics.step_duration.observe(secs);
-        self.metrics.iteration_tokens.observe(plan.num_tokens() as f64);
+        self.metrics
+            .iteration_tokens
+            .observe(plan.num_tokens() as f64);
         let preemptions = self.sched.num_preemptions();
-        self.metrics.num_preemptions_total.inc_by(preemptions - self.preemptions_seen);
+        self.metrics
+            .num_preemptions_total
+            .inc_by(preemptions - self.preemptions_seen);
         self.preemptions_seen = preemptions;
 
         let now = Instant::now();
         let mut itl_ms = Vec::new();
         for (id, s) in sampled {
-            let Some(a) = self.active.get_mut(&id) else { continue };
+            let Some(a) = self.active.get_mut(&id) else {
+                continue;
+            };
             let reason = if a.stop_token_ids.contains(&s.token) {
                 Some(FinishReason::Stop)
             } else {
@@ -287,7 +363,9 @@ impl Engine {
                     itl_ms.push(gap * 1e3);
                 } else {
                     a.first_token = Some(now);
-                    self.metrics.time_to_first_token.observe(now.duration_since(a.arrival).as_secs_f64());
+                    self.metrics
+                        .time_to_first_token
+                        .observe(now.duration_since(a.arrival).as_secs_f64());
                 }
                 a.last_token = Some(now);
                 a.generated += 1;
@@ -318,59 +396,106 @@ impl Engine {
         }
     }
 
-    fn forward_and_sample(&mut self, plan: &StepPlan) -> braid_model::Result<Vec<(u64, braid_model::Sampled)>> {
+    fn forward_and_sample(
+        &mut self,
+        plan: &StepPlan,
+    ) -> braid_model::Result<Vec<(u64, braid_model::Sampled)>> {
         let mut entries = Vec::with_capacity(plan.chunks.len());
         for c in &plan.chunks {
             let seq = self.sched.sequence(c.seq).expect("planned sequence exists");
-            entries.push(BatchEntry { tokens: &seq.tokens[c.range()], start: c.start, block_table: &seq.block_table, sample: c.sample });
+            entries.push(BatchEntry {
+                tokens: &seq.tokens[c.range()],
+                start: c.start,
+                block_table: &seq.block_table,
+                sample: c.sample,
+            });
         }
-        let logits = self.model.model.forward(&entries, &mut self.kv, &mut self.ws)?;
+        let logits = self
+            .model
+            .model
+            .forward(&entries, &mut self.kv, &mut self.ws)?;
         let vocab = self.model.config().vocab_size;
         let mut out = Vec::with_capacity(plan.num_samples());
         for (row, c) in plan.chunks.iter().filter(|c| c.sample).enumerate() {
-            let a = self.active.get_mut(&c.seq).expect("planned sequence is active");
-            out.push((c.seq, a.sampler.sample(&logits[row * vocab..(row + 1) * vocab])));
+            let a = self
+                .active
+                .get_mut(&c.seq)
+                .expect("planned sequence is active");
+            out.push((
+                c.seq,
+                a.sampler.sample(&logits[row * vocab..(row + 1) * vocab]),
+            ));
         }
         Ok(out)
     }
 
     fn finish(&mut self, id: u64, reason: FinishReason) {
         self.sched.finish(id);
-        let Some(a) = self.active.remove(&id) else { return };
+        let Some(a) = self.active.remove(&id) else {
+            return;
+        };
         self.release_waiting(&a);
         let e2e = a.arrival.elapsed().as_secs_f64();
         self.metrics.e2e_request_latency.observe(e2e);
-        self.metrics.request_prompt_tokens.observe(a.prompt_tokens as f64);
-        self.metrics.request_generation_tokens.observe(a.generated as f64);
-        self.metrics.request_success_total.with_label_values(&[reason.as_str()]).inc();
-        tracing::info!(
+        self.metrics
+            .request_prompt_tokens
+            .observe(a.prompt_tokens as f64);
+        self.metrics
+            .request_generation_tokens
+            .observe(a.generated as f64);
+        self.metrics
+            .request_success_total
+            .with_label_values(&[reason.as_str()])
+            .inc();
+        tracing::debug!(
             id = a.id_for_log,
             prompt_tokens = a.prompt_tokens,
             completion_tokens = a.generated,
             queue_ms = a.queue_secs.map(|q| (q * 1e3).round()),
-            ttft_ms = a.first_token.map(|t| (t.duration_since(a.arrival).as_secs_f64() * 1e3).round()),
+            ttft_ms = a
+                .first_token
+                .map(|t| (t.duration_since(a.arrival).as_secs_f64() * 1e3).round()),
             e2e_ms = (e2e * 1e3).round(),
             finish_reason = reason.as_str(),
             "request finished"
         );
-        let _ = a.events.send(EngineEvent::Done(Finished { reason, prompt_tokens: a.prompt_tokens, completion_tokens: a.generated }));
+        let _ = a.events.send(EngineEvent::Done(Finished {
+            reason,
+            prompt_tokens: a.prompt_tokens,
+            completion_tokens: a.generated,
+            queue_secs: a.queue_secs,
+        }));
     }
 
     fn fail_all(&mut self, message: &str) {
-        tracing::error!(requests = self.active.len(), "{message}; failing every request in flight and starting afresh");
+        tracing::error!(
+            requests = self.active.len(),
+            "{message}; failing every request in flight and starting afresh"
+        );
         for (_, a) in self.active.drain() {
             if a.waiting {
                 self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             }
             let _ = a.events.send(EngineEvent::Failed(message.to_string()));
         }
-        self.sched = Scheduler::with_cost_model(self.sched_cfg.clone(), self.sched.cost_model().clone());
+        self.sched =
+            Scheduler::with_cost_model(self.sched_cfg.clone(), self.sched.cost_model().clone());
         self.ws = Workspace::default();
     }
 
     fn publish(&self) {
         let running = self.sched.num_running();
         self.shared.running.store(running, Ordering::Release);
-        self.shared.kv_usage_ppm.store((self.sched.kv_usage() * 1e6) as u64, Ordering::Release);
+        self.shared
+            .kv_usage_ppm
+            .store((self.sched.kv_usage() * 1e6) as u64, Ordering::Release);
     }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic")
 }

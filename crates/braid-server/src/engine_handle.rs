@@ -46,6 +46,8 @@ pub struct Finished {
     pub reason: FinishReason,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Arrival to first scheduled, when it was scheduled at all.
+    pub queue_secs: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -115,8 +117,18 @@ pub struct EngineStats {
 }
 
 impl EngineHandle {
-    pub fn new(tx: mpsc::Sender<EngineRequest>, shared: Arc<EngineShared>, max_waiting: usize, steps: tokio::sync::broadcast::Sender<StepRecord>) -> Self {
-        Self { tx, shared, max_waiting, steps }
+    pub fn new(
+        tx: mpsc::Sender<EngineRequest>,
+        shared: Arc<EngineShared>,
+        max_waiting: usize,
+        steps: tokio::sync::broadcast::Sender<StepRecord>,
+    ) -> Self {
+        Self {
+            tx,
+            shared,
+            max_waiting,
+            steps,
+        }
     }
 
     /// A live feed of every engine step; a slow reader skips steps rather than slowing the engine.
@@ -135,7 +147,12 @@ impl EngineHandle {
         if !self.shared.alive.load(Ordering::Acquire) {
             return Err(SubmitError::EngineStopped);
         }
-        let reserved = self.shared.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < self.max_waiting).then_some(w + 1));
+        let reserved = self
+            .shared
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w < self.max_waiting).then_some(w + 1)
+            });
         if let Err(waiting) = reserved {
             return Err(SubmitError::QueueFull { waiting });
         }

@@ -58,6 +58,7 @@ pub struct Generation {
     arrival: Instant,
     deadline: tokio::time::Instant,
     first_token: Option<Instant>,
+    queue_secs: Option<f64>,
     ended: Option<(Instant, Outcome)>,
     deadline_reached: bool,
 }
@@ -97,6 +98,7 @@ impl Generation {
             arrival,
             deadline: tokio::time::Instant::from_std(arrival + state.request_timeout),
             first_token: None,
+            queue_secs: None,
             ended: None,
             deadline_reached: false,
         })
@@ -141,7 +143,10 @@ impl Generation {
                     StopOutcome::Continue(text) => Ok(self.chunk(text, Some(sampled), None)),
                 }
             }
-            EngineEvent::Done(finished) => Ok(self.finish(finished.reason, None, String::new())),
+            EngineEvent::Done(finished) => {
+                self.queue_secs = finished.queue_secs;
+                Ok(self.finish(finished.reason, None, String::new()))
+            }
             EngineEvent::Failed(message) => Err(self.fail(message)),
         })
     }
@@ -243,6 +248,7 @@ impl Drop for Generation {
             endpoint = self.endpoint,
             prompt_tokens = self.prompt_tokens,
             completion_tokens = self.completion_tokens,
+            queue_ms = self.queue_secs.map(|q| (q * 1e4).round() / 10.0),
             ttft_ms = self.first_token.map(ms),
             e2e_ms = ms(end),
             finish_reason,

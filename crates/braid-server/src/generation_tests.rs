@@ -173,6 +173,7 @@ async fn held_text_is_released_when_the_engine_finishes() {
             reason: FinishReason::Stop,
             prompt_tokens: 1,
             completion_tokens: 2,
+            queue_secs: None,
         }));
     });
     let ready = state.get_ready().unwrap();

@@ -1,7 +1,10 @@
 //! Prometheus metrics under vLLM's names and meanings with the `braid_` prefix, so the
 //! Kubernetes inference gateway's endpoint picker and existing vLLM dashboards read braid as is.
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder, Gauge};
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
 
 pub struct Metrics {
     registry: Registry,
@@ -24,18 +27,24 @@ pub struct Metrics {
 }
 
 fn buckets_secs() -> Vec<f64> {
-    vec![0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+    vec![
+        0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+        10.0, 20.0, 40.0, 80.0,
+    ]
 }
 
 fn buckets_tokens() -> Vec<f64> {
-    vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0]
+    vec![
+        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
+    ]
 }
 
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let hist = |name: &str, help: &str, buckets: Vec<f64>| {
-            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("histogram");
+            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+                .expect("histogram");
             registry.register(Box::new(h.clone())).expect("register");
             h
         };
@@ -49,27 +58,93 @@ impl Metrics {
             registry.register(Box::new(g.clone())).expect("register");
             g
         };
-        let kv = Gauge::new("braid_kv_cache_usage_perc", "Fraction of KV cache blocks in use (0 to 1).").expect("gauge");
+        let kv = Gauge::new(
+            "braid_kv_cache_usage_perc",
+            "Fraction of KV cache blocks in use (0 to 1).",
+        )
+        .expect("gauge");
         registry.register(Box::new(kv.clone())).expect("register");
-        let success = IntCounterVec::new(Opts::new("braid_request_success_total", "Finished requests by finish reason."), &["finished_reason"]).expect("counter");
-        registry.register(Box::new(success.clone())).expect("register");
-        let errors = IntCounterVec::new(Opts::new("braid_request_errors_total", "Requests answered with an error, by HTTP status."), &["status"]).expect("counter");
-        registry.register(Box::new(errors.clone())).expect("register");
+        let success = IntCounterVec::new(
+            Opts::new(
+                "braid_request_success_total",
+                "Finished requests by finish reason.",
+            ),
+            &["finished_reason"],
+        )
+        .expect("counter");
+        registry
+            .register(Box::new(success.clone()))
+            .expect("register");
+        let errors = IntCounterVec::new(
+            Opts::new(
+                "braid_request_errors_total",
+                "Requests answered with an error, by HTTP status.",
+            ),
+            &["status"],
+        )
+        .expect("counter");
+        registry
+            .register(Box::new(errors.clone()))
+            .expect("register");
         Self {
-            num_requests_running: gauge("braid_num_requests_running", "Requests whose sequences are admitted (prefilling or decoding)."),
-            num_requests_waiting: gauge("braid_num_requests_waiting", "Requests waiting to be admitted."),
+            num_requests_running: gauge(
+                "braid_num_requests_running",
+                "Requests whose sequences are admitted (prefilling or decoding).",
+            ),
+            num_requests_waiting: gauge(
+                "braid_num_requests_waiting",
+                "Requests waiting to be admitted.",
+            ),
             kv_cache_usage_perc: kv,
-            time_to_first_token: hist("braid_time_to_first_token_seconds", "Request arrival to first token sent.", buckets_secs()),
-            inter_token_latency: hist("braid_inter_token_latency_seconds", "Gap between consecutive tokens of one stream.", buckets_secs()),
-            e2e_request_latency: hist("braid_e2e_request_latency_seconds", "Request arrival to last token.", buckets_secs()),
-            request_queue_time: hist("braid_request_queue_time_seconds", "Request arrival to first scheduled.", buckets_secs()),
-            request_prompt_tokens: hist("braid_request_prompt_tokens", "Prompt length of finished requests.", buckets_tokens()),
-            request_generation_tokens: hist("braid_request_generation_tokens", "Generated tokens of finished requests.", buckets_tokens()),
-            iteration_tokens: hist("braid_iteration_tokens_total", "Tokens (decodes + prompt rows) per engine step.", buckets_tokens()),
-            step_duration: hist("braid_step_duration_seconds", "Wall time of one engine step.", buckets_secs()),
-            prompt_tokens_total: counter("braid_prompt_tokens_total", "Prompt tokens read (recomputation after preemption not counted)."),
+            time_to_first_token: hist(
+                "braid_time_to_first_token_seconds",
+                "Request arrival to first token sent.",
+                buckets_secs(),
+            ),
+            inter_token_latency: hist(
+                "braid_inter_token_latency_seconds",
+                "Gap between consecutive tokens of one stream.",
+                buckets_secs(),
+            ),
+            e2e_request_latency: hist(
+                "braid_e2e_request_latency_seconds",
+                "Request arrival to last token.",
+                buckets_secs(),
+            ),
+            request_queue_time: hist(
+                "braid_request_queue_time_seconds",
+                "Request arrival to first scheduled.",
+                buckets_secs(),
+            ),
+            request_prompt_tokens: hist(
+                "braid_request_prompt_tokens",
+                "Prompt length of finished requests.",
+                buckets_tokens(),
+            ),
+            request_generation_tokens: hist(
+                "braid_request_generation_tokens",
+                "Generated tokens of finished requests.",
+                buckets_tokens(),
+            ),
+            iteration_tokens: hist(
+                "braid_iteration_tokens_total",
+                "Tokens (decodes + prompt rows) per engine step.",
+                buckets_tokens(),
+            ),
+            step_duration: hist(
+                "braid_step_duration_seconds",
+                "Wall time of one engine step.",
+                buckets_secs(),
+            ),
+            prompt_tokens_total: counter(
+                "braid_prompt_tokens_total",
+                "Prompt tokens read (recomputation after preemption not counted).",
+            ),
             generation_tokens_total: counter("braid_generation_tokens_total", "Tokens generated."),
-            num_preemptions_total: counter("braid_num_preemptions_total", "Sequences preempted to free KV blocks."),
+            num_preemptions_total: counter(
+                "braid_num_preemptions_total",
+                "Sequences preempted to free KV blocks.",
+            ),
             request_success_total: success,
             request_errors_total: errors,
             registry,
@@ -79,7 +154,9 @@ impl Metrics {
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buf).expect("text encoding");
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding");
         String::from_utf8(buf).expect("utf-8")
     }
 }
