@@ -20,6 +20,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the OpenAI-compatible API (completions, chat, streaming) on HTTP.
+    Serve(braid_server::ServeArgs),
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
         text: String,
@@ -184,6 +186,13 @@ fn run() -> anyhow::Result<()> {
                 .tokenizer
                 .encode(&m.chat_template.render(&messages, true)?)?;
             stream(&m, &ids, &gen)?;
+        }
+        Command::Serve(args) => {
+            init_threads(Some(args.threads()))?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(braid_server::serve(args))?;
         }
         Command::Bench(args) => {
             tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs, idempotently, the tools the end-to-end tests drive braid with: a local Python venv
+# (.venv) with the official openai client, pytest and requests; oha (load generator).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import openai, pytest, requests" 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v oha >/dev/null 2>&1; then
+  echo "install-test-tools: building oha (cargo install --locked oha) ..." >&2
+  cargo install --locked --quiet oha
+fi

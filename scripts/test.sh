@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every test: fetches the model if missing, installs what the end-to-end tests use
+# (a Python venv with the openai client and pytest, oha), builds once in release, then runs
+# the Rust tests and the end-to-end suite against the real binary on the real model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+scripts/fetch-model.sh
+scripts/install-test-tools.sh
+
+cargo build --release --bin braid
+cargo test --release --workspace
+
+export BRAID_BIN="$PWD/target/release/braid"
+.venv/bin/python -m pytest -q tests/e2e "$@"

@@ -1,0 +1,120 @@
+"""End-to-end fixtures: the real braid binary, on the real model, on a real loopback socket."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("BRAID_BIN", str(ROOT / "target" / "release" / "braid"))
+MODEL = os.environ.get("BRAID_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One `braid serve` process; stopped with SIGTERM so every test run also exercises draining."""
+
+    def __init__(self, *args: str, env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"braid-e2e-{self.port}.log"
+        self.log = open(self.log_path, "w")
+        cmd = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--model", MODEL, *args]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 180.0):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"braid exited with {self.proc.returncode}:\n{self.log_text()}")
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"braid not ready after {timeout}s:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def metrics(self) -> dict[str, float]:
+        text = requests.get(self.url + "/metrics", timeout=10).text
+        out = {}
+        for line in text.splitlines():
+            m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (\S+)$", line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    assert s.stop() == 0, s.log_text()
+
+
+@pytest.fixture
+def make_server():
+    started = []
+
+    def make(*args, **kw):
+        s = Server(*args, **kw)
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+def complete(url: str, **body) -> dict:
+    r = requests.post(url + "/v1/completions", json=body, timeout=300)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def stream_text(url: str, **body) -> tuple[str, str | None]:
+    """Text and finish reason of a streamed completion, read as raw SSE."""
+    import json
+
+    body["stream"] = True
+    text, finish = "", None
+    with requests.post(url + "/v1/completions", json=body, stream=True, timeout=300) as r:
+        assert r.status_code == 200, r.text
+        for line in r.iter_lines():
+            if not line or not line.startswith(b"data: "):
+                continue
+            data = line[6:]
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            for choice in chunk.get("choices", []):
+                text += choice.get("text") or ""
+                finish = choice.get("finish_reason") or finish
+    return text, finish
