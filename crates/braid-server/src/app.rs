@@ -6,7 +6,9 @@
 //! the body size limit (enforced by `ApiJson`, which answers 413 in JSON).
 
 use crate::error::{ApiError, ErrorMessage};
-use crate::routes::{chat, completions, fallback, health, metrics_route, models, tokenize};
+use crate::routes::{
+    chat, completions, dashboard, fallback, health, metrics_route, models, tokenize,
+};
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
@@ -28,6 +30,8 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .route("/detokenize", post(tokenize::detokenize))
         .route("/health", get(health::health))
         .route("/metrics", get(metrics_route::metrics))
+        .route("/dashboard", get(dashboard::dashboard))
+        .route("/debug/steps", get(dashboard::steps))
         .fallback(fallback::not_found)
         .method_not_allowed_fallback(fallback::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod dashboard;
 pub mod fallback;
 pub mod health;
 pub mod metrics_route;
