@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, idempotently, the tools the end-to-end tests drive braid with: a local Python venv
-# (.venv) with the official openai client, pytest and requests; oha (load generator).
+# (.venv) with the official openai client, pytest, requests and playwright (driving Debian's
+# chromium, never a downloaded browser); oha (load generator); chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,7 +9,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import openai, pytest, requests" 2>/dev/null; then
+if ! .venv/bin/python -c "import openai, pytest, requests, playwright" 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
 fi
 
@@ -16,4 +17,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v oha >/dev/null 2>&1; then
   echo "install-test-tools: building oha (cargo install --locked oha) ..." >&2
   cargo install --locked --quiet oha
+fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "install-test-tools: installing Debian's chromium ..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq chromium >/dev/null
 fi
