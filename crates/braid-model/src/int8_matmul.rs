@@ -240,6 +240,8 @@ mod vnni {
 
     /// Rows of activations processed together per weight load.
     const MR: usize = 4;
+    /// Rows per panel (a multiple of MR).
+    const MB: usize = 64;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     pub unsafe fn matmul_tiles(
@@ -249,22 +251,28 @@ mod vnni {
         out: &mut [f32],
     ) {
         let (m, n, kbs) = (x.m, w.n, x.k_blocks);
-        for t in tiles {
-            let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
-            let valid = TILE_N.min(n - t * TILE_N);
-            let mask: __mmask16 = if valid == TILE_N {
-                0xFFFF
-            } else {
-                (1u16 << valid) - 1
-            };
-            let mut row = 0;
-            while row + MR <= m {
-                rows_tile::<MR>(x, tile_row, row, kbs, out, n, t, mask);
-                row += MR;
-            }
-            while row < m {
-                rows_tile::<1>(x, tile_row, row, kbs, out, n, t, mask);
-                row += 1;
+        // Rows in panels small enough for their activations to stay in L2 while the panel
+        // meets every weight tile of this task; the remainder rows take the 1-row path,
+        // which computes each element in the same order (results do not depend on `m`).
+        for panel in (0..m).step_by(MB) {
+            let end = (panel + MB).min(m);
+            for t in tiles.clone() {
+                let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
+                let valid = TILE_N.min(n - t * TILE_N);
+                let mask: __mmask16 = if valid == TILE_N {
+                    0xFFFF
+                } else {
+                    (1u16 << valid) - 1
+                };
+                let mut row = panel;
+                while row + MR <= end {
+                    rows_tile::<MR>(x, tile_row, row, kbs, out, n, t, mask);
+                    row += MR;
+                }
+                while row < end {
+                    rows_tile::<1>(x, tile_row, row, kbs, out, n, t, mask);
+                    row += 1;
+                }
             }
         }
     }
@@ -373,12 +381,12 @@ mod tests {
     fn rows_do_not_depend_on_batch() {
         let (n, k) = (48, 576);
         let w = PackedWeight::from_f32(&random(n * k, 3), n, k);
-        let x = random(13 * k, 4);
+        let x = random(77 * k, 4);
         let mut q = QuantizedRows::default();
-        q.quantize(&x, 13, k);
-        let mut all = vec![0f32; 13 * n];
+        q.quantize(&x, 77, k);
+        let mut all = vec![0f32; 77 * n];
         matmul(&q, &w, &mut all);
-        for row in 0..13 {
+        for row in 0..77 {
             let mut one = QuantizedRows::default();
             one.quantize(&x[row * k..(row + 1) * k], 1, k);
             let mut out = vec![0f32; n];

@@ -12,6 +12,7 @@ pub mod engine_bench;
 pub mod error;
 pub mod generate;
 pub mod int8_matmul;
+pub mod kernel_comparison;
 pub mod kv_pool;
 pub mod model;
 pub mod rope;
