@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The standard benchmark suite: builds release, starts braid on the default model, runs
+# `braid bench` scaling / interference (braided and with --no-chunked-prefill) / poisson and
+# the engine alone, writes docs/benchmarks/<date>/ (JSON + SVG) and regenerates
+# docs/PERFORMANCE.md from it. With LLAMA_SERVER=/path/to/llama-server, the same suite also
+# runs against llama.cpp's server on the same GGUF with the same threads, in the same run,
+# and the report gives braid/llama.cpp ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODEL=${BRAID_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+THREADS=${THREADS:-$(nproc)}
+OUT=${OUT:-docs/benchmarks/$(date -u +%Y-%m-%d)}
+BRAID=target/release/braid
+PORT=${PORT:-18080}
+
+scripts/fetch-model.sh
+cargo build --release --quiet --bin braid
+mkdir -p "$OUT"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; pids=(); }
+trap cleanup EXIT
+
+wait_ready() {
+  for _ in $(seq 1 600); do
+    curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "bench: server on port $PORT did not become ready" >&2
+  exit 1
+}
+
+start_braid() {
+  "$BRAID" serve --port "$PORT" --model "$MODEL" --threads "$THREADS" "$@" >"$OUT/braid-server.log" 2>&1 &
+  pids+=($!)
+  wait_ready
+}
+
+# The same three scenarios for any server.
+suite() {
+  local label=$1 dir=$2
+  mkdir -p "$dir"
+  local common=(--url "http://127.0.0.1:$PORT" --label "$label" --out "$dir" --seed 7)
+  "$BRAID" bench scaling "${common[@]}" --concurrency 1,2,4,8,16,32 --prompt-tokens 24 --max-tokens 64 | tee "$dir/scaling.txt"
+  "$BRAID" bench interference "${common[@]}" --decoders 4 --decode-tokens 400 --long-prompt-tokens 1200 \
+    --long-prompts 3 --interval-secs 3 | tee "$dir/interference.txt"
+  "$BRAID" bench poisson "${common[@]}" --rate 3 --duration-secs 30 --prompt-mix 32:0.5,256:0.3,1024:0.2 \
+    --max-tokens 64 --slo-ttft-ms 2000 --slo-itl-p99-ms 150 | tee "$dir/poisson.txt"
+}
+
+echo "== engine alone" >&2
+"$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --json >"$OUT/engine.json"
+for ctx in 1024 4096; do
+  "$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --batch 1,16 --context "$ctx" --json >"$OUT/engine-context-$ctx.json"
+done
+
+echo "== braid" >&2
+start_braid
+suite braid "$OUT/braid"
+ps -o rss= -p "${pids[0]}" | awk '{print $1 * 1024}' >"$OUT/braid-rss-bytes.txt"
+cleanup
+
+echo "== braid --no-chunked-prefill" >&2
+start_braid --no-chunked-prefill --max-batched-tokens 2048
+mkdir -p "$OUT/braid-no-chunking"
+"$BRAID" bench interference --url "http://127.0.0.1:$PORT" --label "braid --no-chunked-prefill" --out "$OUT/braid-no-chunking" \
+  --seed 7 --decoders 4 --decode-tokens 400 --long-prompt-tokens 1200 --long-prompts 3 --interval-secs 3 | tee "$OUT/braid-no-chunking/interference.txt"
+cleanup
+
+if [ -n "${LLAMA_SERVER:-}" ]; then
+  echo "== llama.cpp ($LLAMA_SERVER)" >&2
+  "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -np 16 -c 32768 --host 127.0.0.1 --port "$PORT" >"$OUT/llama-server.log" 2>&1 &
+  pids+=($!)
+  wait_ready
+  suite llama.cpp "$OUT/llama.cpp"
+  cleanup
+  for s in scaling interference poisson; do
+    "$BRAID" bench compare "$OUT/braid/$s.json" "$OUT/llama.cpp/$s.json" >"$OUT/compare-$s.txt"
+  done
+fi
+
+python3 scripts/render-performance.py "$OUT" >docs/PERFORMANCE.md
+echo "bench: wrote $OUT and docs/PERFORMANCE.md" >&2
