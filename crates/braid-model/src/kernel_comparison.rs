@@ -85,7 +85,7 @@ pub fn run(path: &Path, layers: usize, row_counts: &[usize]) -> Result<Vec<Kerne
             .collect::<candle_core::Result<_>>()
             .map_err(|e| err(path, e))?;
         let per_sec = |secs: f64| m as f64 / (secs * layers as f64);
-        let mut candle = |mms: &[QMatMul]| {
+        let candle = |mms: &[QMatMul]| {
             time(&mut || {
                 for (mm, x) in mms.iter().zip(&inputs) {
                     mm.forward(x).expect("candle matmul");
