@@ -61,7 +61,7 @@ fn corrupt_truncated_and_foreign_files_are_errors_not_panics() {
     std::fs::write(
         &garbage,
         (0..4096u32)
-            .map(|i| (i * 2654435761u32 >> 24) as u8)
+            .map(|i| (i.wrapping_mul(2654435761u32) >> 24) as u8)
             .collect::<Vec<_>>(),
     )
     .unwrap();
