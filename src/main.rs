@@ -24,12 +24,14 @@ enum Command {
     Serve(braid_server::ServeArgs),
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
+        /// The text to tokenize.
         text: String,
         #[command(flatten)]
         model: ModelArgs,
     },
     /// Stream the continuation of a prompt to stdout.
     Generate {
+        /// The text to continue (special tokens such as <|im_start|> are recognized).
         #[arg(long)]
         prompt: String,
         #[command(flatten)]
@@ -37,6 +39,7 @@ enum Command {
     },
     /// Answer one chat message, using the model's chat template; stops at end of turn.
     Chat {
+        /// The user's message.
         message: String,
         /// Optional system message (the template's default is used otherwise).
         #[arg(long)]
@@ -79,15 +82,19 @@ struct ModelArgs {
 struct GenArgs {
     #[command(flatten)]
     model: ModelArgs,
+    /// Most tokens to generate.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
-    /// 0 is greedy.
+    /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
+    /// Seed for reproducible sampling (random when omitted).
     #[arg(long)]
     seed: Option<u64>,
+    /// Sample only among the k most likely tokens (0: no limit).
     #[arg(long, default_value_t = 0)]
     top_k: usize,
+    /// Sample only among the most likely tokens whose probabilities add up to p.
     #[arg(long, default_value_t = 1.0)]
     top_p: f32,
 }
