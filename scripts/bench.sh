@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 MODEL=${BRAID_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 THREADS=${THREADS:-$(nproc)}
 OUT=${OUT:-docs/benchmarks/$(date -u +%Y-%m-%d)}
-BRAID=target/release/braid
+BRAID=${CARGO_TARGET_DIR:-target}/release/braid
 PORT=${PORT:-18080}
 
 scripts/fetch-model.sh
@@ -49,7 +49,7 @@ suite() {
 }
 
 echo "== engine alone" >&2
-"$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --json >"$OUT/engine.json"
+"$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --compare-kernels --json >"$OUT/engine.json"
 for ctx in 1024 4096; do
   "$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --batch 1,16 --context "$ctx" --json >"$OUT/engine-context-$ctx.json"
 done
@@ -69,7 +69,7 @@ cleanup
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
   echo "== llama.cpp ($LLAMA_SERVER)" >&2
-  "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -np 16 -c 32768 --host 127.0.0.1 --port "$PORT" >"$OUT/llama-server.log" 2>&1 &
+  "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -np 16 -c 32768 --no-cache-prompt --host 127.0.0.1 --port "$PORT" >"$OUT/llama-server.log" 2>&1 &
   pids+=($!)
   wait_ready
   suite llama.cpp "$OUT/llama.cpp"

@@ -62,6 +62,10 @@ enum Command {
         /// Context each decoding sequence already holds.
         #[arg(long, default_value_t = 128)]
         context: usize,
+        /// Also time candle's matmul paths (Q4_1 as shipped, Q8_0, f32) against braid's int8
+        /// kernel on the model's linear layers, at 1 to 256 rows.
+        #[arg(long)]
+        compare_kernels: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -212,6 +216,7 @@ fn run() -> anyhow::Result<()> {
             prompt_tokens,
             batch,
             context,
+            compare_kernels,
             json,
         } => {
             let m = model.load()?;
@@ -222,10 +227,34 @@ fn run() -> anyhow::Result<()> {
                 ..Default::default()
             };
             let report = braid_model::engine_bench::run(&m, &opts)?;
+            let kernels = if compare_kernels {
+                braid_model::kernel_comparison::run(
+                    &model.model,
+                    m.config().num_layers,
+                    &[1, 4, 16, 64, 256],
+                )?
+            } else {
+                Vec::new()
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                let mut value = serde_json::to_value(&report)?;
+                value["kernels"] = serde_json::to_value(&kernels)?;
+                println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 print!("{report}");
+                if !kernels.is_empty() {
+                    println!("\nlinear layers of one forward, tokens/s:");
+                    println!(
+                        "{:>5} {:>17} {:>12} {:>11} {:>11}",
+                        "rows", "candle as shipped", "candle Q8_0", "candle f32", "braid int8"
+                    );
+                    for r in kernels {
+                        println!(
+                            "{:>5} {:>17.0} {:>12.0} {:>11.0} {:>11.0}",
+                            r.rows, r.candle_as_shipped, r.candle_q8_0, r.candle_f32, r.braid_int8
+                        );
+                    }
+                }
             }
         }
     }
