@@ -182,13 +182,10 @@ impl Model {
         for (i, &r) in last_rows.iter().enumerate() {
             ws.last[i * h..(i + 1) * h].copy_from_slice(&ws.x[r * h..(r + 1) * h]);
         }
-        let normed: Vec<f32> = {
-            let mut out = vec![0.0; s * h];
-            rms_norm_rows(&ws.last, &self.weights.output_norm, c.rms_eps, &mut out);
-            out
-        };
+        ws.h.resize(s * h, 0.0);
+        rms_norm_rows(&ws.last, &self.weights.output_norm, c.rms_eps, &mut ws.h);
         ws.logits.resize(s * c.vocab_size, 0.0);
-        ws.quant.quantize(&normed, s, h);
+        ws.quant.quantize(&ws.h, s, h);
         matmul(&ws.quant, self.weights.output(), &mut ws.logits);
         Ok(&ws.logits[..s * c.vocab_size])
     }
