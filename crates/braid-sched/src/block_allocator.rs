@@ -2,30 +2,59 @@
 //!
 //! The KV cache is one preallocated pool of fixed-size blocks; a sequence owns a list of
 //! block ids (its block table). This module only hands out and takes back ids: it knows
-//! nothing of sequences, tokens or tensors, so its invariants (every block is either free
-//! or held, never both, never lost) can be tested on their own and the planner can trust
-//! a single number, `num_free`, when it decides what fits.
+//! nothing of sequences, tokens or tensors, so its invariants (every block is free, cached
+//! or held, never two of these, never lost) can be tested on their own and the planner can
+//! trust a single number, `num_free`, when it decides what fits.
 //!
-//! Blocks carry reference counts rather than a plain in-use bit so that prefix caching can
-//! later let two sequences share a block ([`BlockAllocator::retain`]) without changing how
-//! freeing works: a block returns to the pool when its last holder frees it. Today every
-//! block has exactly one holder.
+//! **Prefix caching.** A full block whose K/V are computed can be *registered* under the
+//! hash of its contents (see [`crate::prefix_cache`]). A registered block may be held by
+//! several sequences at once ([`BlockAllocator::acquire`] adds a holder), and when its last
+//! holder frees it, it is not wiped: it goes to an *evictable* set, still findable by
+//! [`BlockAllocator::lookup`], until an allocation finds the plain free list empty and
+//! evicts the least recently released one. So a block's states are:
 //!
-//! Freeing a block that is already free is a logic error in the caller. It panics in debug
-//! builds (and so in tests); a release build ignores the extra free rather than corrupt
-//! the free list, because a duplicate id on the free list would later hand the same
-//! memory to two sequences.
+//! ```text
+//!   free ──allocate──▶ held ──register──▶ held+cached ──free (last holder)──▶ evictable
+//!    ▲                  │                     ▲                                  │  │
+//!    └──────free────────┘                     └───────────acquire (hit)──────────┘  │
+//!    ▲                                                                              │
+//!    └──────────────────────────allocate (pool short: evict LRU)────────────────────┘
+//! ```
+//!
+//! Evictable blocks count as free (`num_free`) and not as used (`usage`), because any
+//! allocation can take them. Only a block nobody holds is ever evicted, so a sequence's
+//! K/V are never overwritten under it. Free a sequence's table last block first
+//! ([`BlockAllocator::free_table`]): its tail is then evicted before its head, which other
+//! requests are likelier to share.
+//!
+//! Freeing a block that is already free is a logic error in the caller and panics (in
+//! release builds too): a duplicate id on the free list would later hand the same memory
+//! to two sequences; the engine fails the step and starts afresh instead.
+
+use crate::prefix_cache::BlockHash;
+use std::collections::{BTreeMap, HashMap};
 
 /// Index of one KV block in the pool.
 pub type BlockId = u32;
 
-/// Hands out KV block ids from a fixed pool; all-or-nothing allocation, reference counted.
+/// Hands out KV block ids from a fixed pool; all-or-nothing allocation, reference counted,
+/// with an LRU set of cached blocks nobody holds.
 #[derive(Debug, Clone)]
 pub struct BlockAllocator {
-    /// Holders per block; 0 means free.
+    /// Holders per block; 0 means free or evictable.
     ref_counts: Vec<u32>,
-    /// Free block ids; allocation pops from the end.
+    /// Blocks with no holder and no cached contents; allocation pops from the end.
     free_list: Vec<BlockId>,
+    /// The hash a block is registered under, if it is in the prefix cache.
+    hash_of: Vec<Option<BlockHash>>,
+    /// The prefix cache's index: contents hash → block.
+    by_hash: HashMap<BlockHash, BlockId>,
+    /// Cached blocks nobody holds, by release time (oldest first = evicted first).
+    evictable: BTreeMap<u64, BlockId>,
+    /// For a block in `evictable`, its key there.
+    released_at: Vec<u64>,
+    /// Release counter for `evictable`'s keys.
+    clock: u64,
 }
 
 impl BlockAllocator {
@@ -43,6 +72,11 @@ impl BlockAllocator {
         Self {
             ref_counts: vec![0; num_blocks],
             free_list,
+            hash_of: vec![None; num_blocks],
+            by_hash: HashMap::new(),
+            evictable: BTreeMap::new(),
+            released_at: vec![0; num_blocks],
+            clock: 0,
         }
     }
 
@@ -51,9 +85,9 @@ impl BlockAllocator {
         self.ref_counts.len()
     }
 
-    /// Blocks nobody holds.
+    /// Blocks nobody holds: plain free ones plus cached ones that may be evicted.
     pub fn num_free(&self) -> usize {
-        self.free_list.len()
+        self.free_list.len() + self.evictable.len()
     }
 
     /// Blocks held by at least one holder.
@@ -61,13 +95,34 @@ impl BlockAllocator {
         self.num_blocks() - self.num_free()
     }
 
+    /// Blocks registered in the prefix cache (held or evictable).
+    pub fn num_cached(&self) -> usize {
+        self.by_hash.len()
+    }
+
+    /// Cached blocks nobody holds (the first to go when the pool needs room).
+    pub fn num_evictable(&self) -> usize {
+        self.evictable.len()
+    }
+
     /// `n` blocks, each with one holder, or `None` (and nothing taken) if fewer are free.
+    /// Plain free blocks go first; then the least recently released cached blocks are
+    /// evicted (dropped from the prefix cache) and reused.
     pub fn allocate(&mut self, n: usize) -> Option<Vec<BlockId>> {
-        if n > self.free_list.len() {
+        if n > self.num_free() {
             return None;
         }
-        let mut blocks = self.free_list.split_off(self.free_list.len() - n);
+        let from_list = n.min(self.free_list.len());
+        let mut blocks = self.free_list.split_off(self.free_list.len() - from_list);
         blocks.reverse(); // lowest id first
+        while blocks.len() < n {
+            let (_, b) = self.evictable.pop_first().expect("counted above");
+            let hash = self.hash_of[b as usize]
+                .take()
+                .expect("evictable block is cached");
+            self.by_hash.remove(&hash);
+            blocks.push(b);
+        }
         for &b in &blocks {
             debug_assert_eq!(self.ref_counts[b as usize], 0, "free block {b} was held");
             self.ref_counts[b as usize] = 1;
@@ -75,10 +130,11 @@ impl BlockAllocator {
         Some(blocks)
     }
 
-    /// Drops one holder from each block; a block with no holder left returns to the pool.
+    /// Drops one holder from each block, in the order given. A block with no holder left
+    /// returns to the pool: to the evictable set if it is cached, else to the free list.
     ///
-    /// Freeing a free block (or an id outside the pool) panics in debug builds and is
-    /// ignored in release builds.
+    /// # Panics
+    /// On freeing a free block or an id outside the pool.
     pub fn free(&mut self, blocks: &[BlockId]) {
         for &b in blocks {
             // Accounting that has gone wrong must stop the step rather than let two
@@ -90,14 +146,28 @@ impl BlockAllocator {
             assert!(*count > 0, "double free of KV block {b}");
             *count -= 1;
             if *count == 0 {
-                self.free_list.push(b);
+                if self.hash_of[b as usize].is_some() {
+                    self.evictable.insert(self.clock, b);
+                    self.released_at[b as usize] = self.clock;
+                    self.clock += 1;
+                } else {
+                    self.free_list.push(b);
+                }
             }
         }
     }
 
-    /// Adds one holder to each (already held) block, for sharing a prefix between sequences.
+    /// Frees a sequence's block table, last block first, so that when its cached blocks are
+    /// evicted, its tail goes before its (more widely shared) head.
+    pub fn free_table(&mut self, table: &[BlockId]) {
+        let reversed: Vec<BlockId> = table.iter().rev().copied().collect();
+        self.free(&reversed);
+    }
+
+    /// Adds one holder to each (already held) block.
     ///
-    /// Retaining a free block panics in debug builds and is ignored in release builds.
+    /// # Panics
+    /// On retaining a block nobody holds (use [`BlockAllocator::acquire`] for cached ones).
     pub fn retain(&mut self, blocks: &[BlockId]) {
         for &b in blocks {
             match self.ref_counts.get_mut(b as usize) {
@@ -107,12 +177,61 @@ impl BlockAllocator {
         }
     }
 
-    /// Number of holders of `block` (0 = free or out of range).
+    /// The cached block registered under `hash`, held or evictable.
+    pub fn lookup(&self, hash: BlockHash) -> Option<BlockId> {
+        self.by_hash.get(&hash).copied()
+    }
+
+    /// Adds a holder to a cached block (a prefix-cache hit); an evictable block leaves the
+    /// evictable set.
+    ///
+    /// # Panics
+    /// If `block` is not in the prefix cache.
+    pub fn acquire(&mut self, block: BlockId) {
+        let i = block as usize;
+        assert!(
+            self.hash_of.get(i).is_some_and(Option::is_some),
+            "acquire of uncached KV block {block}"
+        );
+        if self.ref_counts[i] == 0 {
+            let removed = self.evictable.remove(&self.released_at[i]);
+            debug_assert_eq!(removed, Some(block), "evictable set out of step");
+        }
+        self.ref_counts[i] += 1;
+    }
+
+    /// Registers a held, full, computed block in the prefix cache under `hash`. Returns
+    /// `false` (and changes nothing) if the block is already registered or another block
+    /// already holds these contents (two sequences computed the same block at once; the
+    /// first one stays the cached copy).
+    ///
+    /// # Panics
+    /// If `block` is not held.
+    pub fn register(&mut self, block: BlockId, hash: BlockHash) -> bool {
+        assert!(
+            self.ref_count(block) > 0,
+            "register of unheld KV block {block}"
+        );
+        if self.hash_of[block as usize].is_some() || self.by_hash.contains_key(&hash) {
+            return false;
+        }
+        self.hash_of[block as usize] = Some(hash);
+        self.by_hash.insert(hash, block);
+        true
+    }
+
+    /// The hash `block` is registered under, if it is cached.
+    pub fn cached_hash(&self, block: BlockId) -> Option<BlockHash> {
+        self.hash_of.get(block as usize).copied().flatten()
+    }
+
+    /// Number of holders of `block` (0 = free, evictable or out of range).
     pub fn ref_count(&self, block: BlockId) -> u32 {
         self.ref_counts.get(block as usize).copied().unwrap_or(0)
     }
 
-    /// Fraction of the pool in use, `0.0..=1.0` (0.0 for an empty pool).
+    /// Fraction of the pool held by sequences, `0.0..=1.0` (0.0 for an empty pool); cached
+    /// blocks nobody holds do not count.
     pub fn usage(&self) -> f64 {
         if self.num_blocks() == 0 {
             0.0
@@ -130,7 +249,7 @@ impl BlockAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashSet;
+    use std::collections::{HashMap, HashSet};
 
     #[test]
     fn allocate_and_free_round_trip() {
@@ -245,6 +364,146 @@ mod tests {
                     "round {round}: a block was handed out twice"
                 );
                 assert!((0.0..=1.0).contains(&a.usage()));
+            }
+        }
+    }
+
+    #[test]
+    fn cached_blocks_outlive_their_holders_until_evicted_lru() {
+        let mut a = BlockAllocator::new(4);
+        let x = a.allocate(2).unwrap(); // 0, 1
+        let y = a.allocate(1).unwrap(); // 2
+        assert!(a.register(x[0], 10));
+        assert!(a.register(x[1], 11));
+        assert!(a.register(y[0], 20));
+        assert!(!a.register(y[0], 21), "already registered");
+        a.free_table(&x); // releases 1 then 0: 1 is older
+        a.free(&y);
+        assert_eq!((a.num_free(), a.num_evictable(), a.num_cached()), (4, 3, 3));
+        assert_eq!(a.usage(), 0.0, "evictable blocks are not in use");
+        assert_eq!(a.lookup(10), Some(x[0]));
+        // The plain free block goes first, then the least recently released: 1, 0, 2.
+        assert_eq!(a.allocate(1).unwrap(), vec![3]);
+        assert_eq!(a.allocate(1).unwrap(), vec![x[1]]);
+        assert_eq!((a.lookup(11), a.cached_hash(x[1])), (None, None));
+        assert_eq!(a.lookup(10), Some(x[0]), "the head survives its tail");
+        assert_eq!(a.allocate(2).unwrap(), vec![x[0], y[0]]);
+        assert_eq!((a.num_cached(), a.num_free()), (0, 0));
+    }
+
+    #[test]
+    fn a_hit_takes_a_block_back_from_the_evictable_set() {
+        let mut a = BlockAllocator::new(3);
+        let x = a.allocate(1).unwrap();
+        a.register(x[0], 7);
+        a.free(&x);
+        assert_eq!(a.num_free(), 3);
+        let b = a.lookup(7).unwrap();
+        a.acquire(b);
+        assert_eq!((a.ref_count(b), a.num_free(), a.num_evictable()), (1, 2, 0));
+        a.acquire(b); // a second sharer
+        assert!(
+            a.allocate(3).is_none(),
+            "a held cached block is never evicted"
+        );
+        assert_eq!(a.allocate(2).unwrap().len(), 2);
+        a.free(&[b]);
+        assert_eq!(a.ref_count(b), 1);
+        a.free(&[b]);
+        assert_eq!((a.num_evictable(), a.lookup(7)), (1, Some(b)));
+    }
+
+    #[test]
+    fn the_same_contents_are_cached_once() {
+        let mut a = BlockAllocator::new(2);
+        let x = a.allocate(2).unwrap();
+        assert!(a.register(x[0], 5));
+        assert!(!a.register(x[1], 5), "the first copy stays the cached one");
+        a.free(&x);
+        assert_eq!((a.num_evictable(), a.num_cached()), (1, 1));
+    }
+
+    #[test]
+    #[should_panic(expected = "uncached")]
+    fn acquiring_an_uncached_block_is_detected() {
+        let mut a = BlockAllocator::new(2);
+        let x = a.allocate(1).unwrap();
+        a.acquire(x[0]);
+    }
+
+    /// Random allocate / register / hit / free with a prefix cache on a small pool: no
+    /// allocation ever returns a block somebody holds, the cache index and the evictable set
+    /// agree with the reference counts, and the books always balance.
+    #[test]
+    fn eviction_never_takes_a_held_block() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        for round in 0..200 {
+            let total = 1 + (next() % 24) as usize;
+            let mut a = BlockAllocator::new(total);
+            // Holders: each a list of blocks it holds one reference to.
+            let mut held: Vec<Vec<BlockId>> = Vec::new();
+            for _ in 0..400 {
+                match next() % 4 {
+                    0 | 1 => {
+                        let n = (next() % 5) as usize;
+                        let before = a.num_free();
+                        let holds = |b: BlockId| held.iter().flatten().any(|&h| h == b);
+                        match a.allocate(n) {
+                            Some(got) => {
+                                for &b in &got {
+                                    assert!(!holds(b), "round {round}: held block {b} reused");
+                                    assert_eq!(a.cached_hash(b), None);
+                                }
+                                held.push(got);
+                            }
+                            None => assert!(n > before),
+                        }
+                    }
+                    2 => {
+                        // Register some held block under a small hash space (collisions
+                        // included), or hit a random cached hash.
+                        if next() % 2 == 0 {
+                            if let Some(&b) = held.iter().flatten().next() {
+                                a.register(b, (next() % 16) as BlockHash);
+                            }
+                        } else if let Some(b) = a.lookup((next() % 16) as BlockHash) {
+                            a.acquire(b);
+                            held.push(vec![b]);
+                        }
+                    }
+                    _ if !held.is_empty() => {
+                        let i = (next() as usize) % held.len();
+                        a.free_table(&held.swap_remove(i));
+                    }
+                    _ => {}
+                }
+                let mut refs: HashMap<BlockId, u32> = HashMap::new();
+                for &b in held.iter().flatten() {
+                    *refs.entry(b).or_default() += 1;
+                }
+                assert_eq!(a.num_used(), refs.len(), "round {round}");
+                for b in 0..total as BlockId {
+                    let r = refs.get(&b).copied().unwrap_or(0);
+                    assert_eq!(a.ref_count(b), r, "round {round}: block {b}");
+                    if let Some(h) = a.cached_hash(b) {
+                        assert_eq!(a.lookup(h), Some(b));
+                    }
+                    if r > 1 {
+                        assert!(a.cached_hash(b).is_some(), "only cached blocks are shared");
+                    }
+                }
+                assert_eq!(
+                    a.num_evictable(),
+                    (0..total as BlockId)
+                        .filter(|&b| a.ref_count(b) == 0 && a.cached_hash(b).is_some())
+                        .count()
+                );
             }
         }
     }

@@ -30,6 +30,9 @@ pub struct SchedulerConfig {
     /// Smallest prompt slice worth scheduling when the latency target is tight, and the
     /// slice a starving prompt is guaranteed.
     pub min_prefill_chunk: usize,
+    /// Reuse the K/V of full blocks another sequence (or an earlier turn) already computed
+    /// for the same prefix; see [`crate::prefix_cache`].
+    pub prefix_caching: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -45,6 +48,7 @@ impl Default for SchedulerConfig {
             itl_target: Some(Duration::from_millis(100)),
             starvation_after: Duration::from_secs(2),
             min_prefill_chunk: 16,
+            prefix_caching: true,
         }
     }
 }

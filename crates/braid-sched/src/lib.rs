@@ -26,6 +26,7 @@ pub mod block_allocator;
 pub mod config;
 pub mod cost_model;
 pub mod planner;
+pub mod prefix_cache;
 pub mod sequence;
 pub mod step_plan;
 
@@ -33,5 +34,6 @@ pub use block_allocator::{BlockAllocator, BlockId};
 pub use config::{AddError, SchedulerConfig};
 pub use cost_model::{CostModel, StepFeatures};
 pub use planner::Scheduler;
+pub use prefix_cache::{BlockHash, BlockHasher, PrefixCacheStats};
 pub use sequence::{SeqId, SeqState, Sequence};
 pub use step_plan::{ScheduledChunk, StepPlan};

@@ -39,12 +39,22 @@
 //! preempts younger, not-yet-scheduled running sequences, so prompts that each hold part of
 //! the pool cannot wait on one another forever. New prompts never preempt anybody.
 //!
+//! **Prefix caching** (when on). A new prompt is admitted with the longest chain of its full
+//! blocks already in the cache (shared, reference counted) and reads only the rest; if it
+//! then cannot be admitted after all, the blocks go straight back. After each step, blocks
+//! that became full and computed (prompt or generated tokens) are registered. Preempted,
+//! finished and cancelled sequences free their blocks as always: cached ones stay findable
+//! until the pool needs them, so a preempted sequence usually finds its own prefix again.
+//! Cached blocks nobody holds count as free, so none of the rules above change. The rules
+//! live in `planner_prefix.rs`.
+//!
 //! `now` is only used for starvation and `first_scheduled`; the planner has no clock.
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::block_allocator::BlockAllocator;
 use crate::cost_model::{CostModel, StepFeatures};
+use crate::prefix_cache::{BlockHasher, PrefixCacheStats};
 use crate::sequence::{SeqId, SeqState, Sequence};
 
 pub use crate::config::{AddError, SchedulerConfig};
@@ -62,6 +72,8 @@ pub struct Scheduler {
     /// Waiting and preempted sequences; the front is admitted next.
     waiting: VecDeque<SeqId>,
     total_preemptions: u64,
+    hasher: BlockHasher,
+    prefix_stats: PrefixCacheStats,
 }
 
 /// Running totals while one step is assembled.
@@ -99,6 +111,8 @@ impl Scheduler {
             running: Vec::new(),
             waiting: VecDeque::new(),
             total_preemptions: 0,
+            hasher: BlockHasher::new(),
+            prefix_stats: PrefixCacheStats::default(),
         }
     }
 
@@ -163,8 +177,9 @@ impl Scheduler {
     /// `Cancelled`) and its blocks already freed.
     fn remove(&mut self, id: SeqId, state: SeqState) -> Option<Sequence> {
         let mut seq = self.seqs.remove(&id)?;
-        self.allocator.free(&seq.block_table);
+        self.allocator.free_table(&seq.block_table);
         seq.block_table.clear();
+        seq.num_cached_blocks = 0;
         if let Some(i) = self.running.iter().position(|&r| r == id) {
             self.running.remove(i);
         } else if let Some(i) = self.waiting.iter().position(|&w| w == id) {
@@ -238,6 +253,7 @@ impl Scheduler {
                 idx += 1; // preempted after its last token; waits for `finish`, blocks nobody
                 continue;
             }
+            let reused = self.reuse_cached_prefix(id);
             let want = self.slice_len(id, &budget, now);
             let min_len = if self.cfg.chunked_prefill {
                 1
@@ -246,8 +262,10 @@ impl Scheduler {
             };
             let len = want.len.min(self.block_limit(id));
             if want.len == 0 || len < min_len {
+                self.return_cached_prefix(id);
                 break; // FIFO: nobody overtakes the head of the queue
             }
+            self.count_prefix_lookup(id, reused);
             self.waiting.remove(idx);
             self.running.push(id);
             self.seqs.get_mut(&id).expect("waiting id is live").state = SeqState::Prefilling;
@@ -407,8 +425,9 @@ impl Scheduler {
             .expect("running id");
         self.running.remove(pos);
         let seq = self.seqs.get_mut(&id).expect("live id");
-        self.allocator.free(&seq.block_table);
+        self.allocator.free_table(&seq.block_table);
         seq.block_table.clear();
+        seq.num_cached_blocks = 0;
         seq.num_computed = 0;
         seq.state = SeqState::Preempted;
         seq.num_preemptions += 1;
@@ -422,7 +441,8 @@ impl Scheduler {
     /// per chunk with `sample`). A prompt whose last token was just read becomes Decoding.
     /// Chunks of sequences aborted or finished since planning are skipped. A sampled chunk
     /// left without a token (say, the engine could not sample it) keeps its last row
-    /// uncomputed, so the next step feeds and samples it again.
+    /// uncomputed, so the next step feeds and samples it again. With prefix caching, blocks
+    /// that are now full and computed join the cache.
     pub fn commit(&mut self, plan: &StepPlan, sampled: &[(SeqId, u32)]) {
         let sampled: HashMap<SeqId, u32> = sampled.iter().copied().collect();
         for chunk in &plan.chunks {
@@ -458,6 +478,9 @@ impl Scheduler {
                 // No token: the last row is fed (and sampled) again next step.
                 None => seq.num_computed -= 1,
             }
+        }
+        for chunk in &plan.chunks {
+            self.register_computed_blocks(chunk.seq);
         }
     }
 
@@ -499,6 +522,11 @@ impl Scheduler {
         self.total_preemptions
     }
 
+    /// Prefix-cache lookups and hits since creation, in tokens.
+    pub fn prefix_cache_stats(&self) -> PrefixCacheStats {
+        self.prefix_stats
+    }
+
     /// Nothing running or waiting.
     pub fn is_idle(&self) -> bool {
         self.running.is_empty() && self.waiting.is_empty()
@@ -514,8 +542,10 @@ impl Scheduler {
     }
 
     /// Checks the bookkeeping: every sequence is in exactly one list in a matching state,
-    /// block tables cover what is computed and account for exactly the used blocks, no
-    /// block is shared. For tests and debug assertions; O(blocks).
+    /// block tables cover what is computed and account for exactly the used blocks, a block
+    /// is shared only if it is cached, full and computed in every table holding it (with a
+    /// reference per holder) and registered under that table's own hash for it. For tests
+    /// and debug assertions; O(blocks).
     pub fn check_invariants(&self) -> Result<(), String> {
         if self.running.len() + self.waiting.len() != self.seqs.len() {
             return Err("a sequence is in no list or in two".into());
@@ -523,7 +553,7 @@ impl Scheduler {
         if self.running.len() > self.cfg.max_num_seqs {
             return Err(format!("{} running > max_num_seqs", self.running.len()));
         }
-        let mut owner: HashMap<crate::BlockId, SeqId> = HashMap::new();
+        let mut holders: HashMap<crate::BlockId, Vec<SeqId>> = HashMap::new();
         for &id in &self.running {
             let s = self.seqs.get(&id).ok_or(format!("running {id} unknown"))?;
             if !s.is_running() {
@@ -541,10 +571,29 @@ impl Scheduler {
                     s.num_uncomputed()
                 ));
             }
-            for &b in &s.block_table {
-                if let Some(other) = owner.insert(b, id) {
-                    return Err(format!("block {b} held by {other} and {id}"));
+            if s.num_cached_blocks * self.cfg.block_size > s.num_computed
+                || s.num_cached_blocks > s.block_table.len()
+            {
+                return Err(format!("{id}: cached blocks past what is computed"));
+            }
+            for (i, &b) in s.block_table.iter().enumerate() {
+                holders.entry(b).or_default().push(id);
+                if let Some(h) = self.allocator.cached_hash(b) {
+                    if s.block_hashes.get(i) != Some(&h) || i >= s.num_cached_blocks {
+                        return Err(format!("{id}: block {b} at {i} cached for other tokens"));
+                    }
                 }
+            }
+        }
+        for (&b, ids) in &holders {
+            if ids.len() > 1 && self.allocator.cached_hash(b).is_none() {
+                return Err(format!("uncached block {b} held by {ids:?}"));
+            }
+            if self.allocator.ref_count(b) as usize != ids.len() {
+                return Err(format!(
+                    "block {b} held by {ids:?} with {} references",
+                    self.allocator.ref_count(b)
+                ));
             }
         }
         for &id in &self.waiting {
@@ -562,10 +611,10 @@ impl Scheduler {
                 return Err(format!("{}: generated or computed past its limit", s.id));
             }
         }
-        if owner.len() != self.allocator.num_used() {
+        if holders.len() != self.allocator.num_used() {
             return Err(format!(
                 "block tables hold {} blocks, allocator says {} used",
-                owner.len(),
+                holders.len(),
                 self.allocator.num_used()
             ));
         }
@@ -578,6 +627,9 @@ struct Slice {
     len: usize,
     starving: bool,
 }
+
+#[path = "planner_prefix.rs"]
+mod prefix;
 
 #[cfg(test)]
 #[path = "planner_tests.rs"]

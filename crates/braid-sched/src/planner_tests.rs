@@ -15,6 +15,7 @@ fn cfg(num_blocks: usize) -> SchedulerConfig {
         itl_target: None,
         starvation_after: Duration::from_secs(2),
         min_prefill_chunk: 4,
+        prefix_caching: false,
     }
 }
 

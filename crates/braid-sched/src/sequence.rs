@@ -22,8 +22,12 @@
 //!   Preempted.
 //! - `num_generated() <= max_new_tokens`: the planner never schedules a step that could
 //!   sample past the limit. Ending a stream is the engine's decision (`Scheduler::finish`).
+//! - With prefix caching, the first `num_cached_blocks` entries of `block_table` are full,
+//!   computed and registered in (or found in) the prefix cache; they may be shared with other
+//!   sequences and are never written again.
 
 use crate::block_allocator::BlockId;
+use crate::prefix_cache::BlockHash;
 
 /// Caller-chosen request id.
 pub type SeqId = u64;
@@ -65,6 +69,14 @@ pub struct Sequence {
     pub first_scheduled: Option<f64>,
     /// How many times it lost its blocks.
     pub num_preemptions: u32,
+    /// Chained hashes of the full blocks of `tokens` (filled in by the scheduler when prefix
+    /// caching is on; survives preemption, since the tokens do).
+    pub block_hashes: Vec<BlockHash>,
+    /// Leading entries of `block_table` already in the prefix cache (found there on admission
+    /// or registered once computed).
+    pub num_cached_blocks: usize,
+    /// Prompt tokens found in the prefix cache when it was first admitted.
+    pub cached_tokens: usize,
 }
 
 impl Sequence {
@@ -82,6 +94,9 @@ impl Sequence {
             arrival,
             first_scheduled: None,
             num_preemptions: 0,
+            block_hashes: Vec::new(),
+            num_cached_blocks: 0,
+            cached_tokens: 0,
         }
     }
 

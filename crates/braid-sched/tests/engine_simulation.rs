@@ -4,7 +4,9 @@
 //! chunks at the cache frontier and covered by blocks, no block shared, block tables add up
 //! to the allocator's count, the token cap), and at the end every request that was not
 //! aborted must have produced exactly its `max_new_tokens` tokens, each the one the fake
-//! model sampled at that position, with the pool entirely free.
+//! model sampled at that position, with the pool entirely free. Half the workloads cache
+//! prefixes, and half their prompts start with a part of one shared "system prompt", so
+//! cached blocks are shared, evicted and found again under preemption and aborts.
 
 mod common;
 
@@ -18,6 +20,8 @@ struct Arrival {
     at: f64,
     prompt_len: usize,
     max_new: usize,
+    /// Leading tokens taken from the shared system prompt.
+    shared: usize,
 }
 
 fn random_config(rng: &mut Rng) -> SchedulerConfig {
@@ -35,6 +39,7 @@ fn random_config(rng: &mut Rng) -> SchedulerConfig {
             .then(|| Duration::from_millis(rng.range(5, 60) as u64)),
         starvation_after: Duration::from_millis(rng.range(10, 500) as u64),
         min_prefill_chunk: rng.range(1, 16),
+        prefix_caching: rng.chance(0.5),
     }
 }
 
@@ -44,7 +49,7 @@ fn step_secs(f: StepFeatures, rng: &mut Rng) -> f64 {
     base * (0.8 + 0.4 * rng.unit())
 }
 
-fn run(seed: u64) -> (usize, u64) {
+fn run(seed: u64) -> (usize, u64, u64) {
     let mut rng = Rng::new(seed);
     let cfg = random_config(&mut rng);
     let pool_tokens = cfg.num_blocks * cfg.block_size;
@@ -65,10 +70,12 @@ fn run(seed: u64) -> (usize, u64) {
                 at: t,
                 prompt_len: rng.range(1, 70),
                 max_new: rng.range(1, 50),
+                shared: if rng.chance(0.5) { rng.range(0, 70) } else { 0 },
             }
         })
         .collect();
     arrivals.reverse(); // pop from the end = earliest first
+    let system_prompt = prompt(7, 70);
 
     let mut accepted: HashMap<SeqId, usize> = HashMap::new();
     let mut aborted: HashSet<SeqId> = HashSet::new();
@@ -79,7 +86,10 @@ fn run(seed: u64) -> (usize, u64) {
         while arrivals.last().is_some_and(|a| a.at <= now) {
             let a = arrivals.pop().unwrap();
             let waiting_before = s.num_waiting();
-            match s.add(a.id, prompt(a.id, a.prompt_len), a.max_new, now) {
+            let mut tokens = prompt(a.id, a.prompt_len);
+            let shared = a.shared.min(a.prompt_len);
+            tokens[..shared].copy_from_slice(&system_prompt[..shared]);
+            match s.add(a.id, tokens, a.max_new, now) {
                 Ok(()) => {
                     accepted.insert(a.id, a.max_new);
                 }
@@ -156,7 +166,7 @@ fn run(seed: u64) -> (usize, u64) {
         "seed {seed}: blocks leaked"
     );
     assert_eq!(s.kv_usage(), 0.0);
-    (steps, s.num_preemptions())
+    (steps, s.num_preemptions(), s.prefix_cache_stats().hits)
 }
 
 fn abort_random(
@@ -180,12 +190,16 @@ fn abort_random(
     }
     let id = live[rng.range(0, live.len() - 1)];
     let used_before = s.allocator().num_used();
-    let held = s.sequence(id).unwrap().block_table.len();
+    let table = s.sequence(id).unwrap().block_table.clone();
+    let sole = table
+        .iter()
+        .filter(|&&b| s.allocator().ref_count(b) == 1)
+        .count();
     assert!(s.abort(id));
     assert_eq!(
         s.allocator().num_used(),
-        used_before - held,
-        "abort frees at once"
+        used_before - sole,
+        "abort frees at once (blocks it shared stay with their other holders)"
     );
     aborted.insert(id);
 }
@@ -194,12 +208,18 @@ fn abort_random(
 fn random_workloads_complete_with_exact_token_counts() {
     let mut total_steps = 0;
     let mut total_preemptions = 0;
+    let mut total_hits = 0;
     for seed in 0..300 {
-        let (steps, preemptions) = run(seed);
+        let (steps, preemptions, hits) = run(seed);
         total_steps += steps;
         total_preemptions += preemptions;
+        total_hits += hits;
     }
-    println!("{total_steps} steps, {total_preemptions} preemptions over 300 workloads");
+    println!(
+        "{total_steps} steps, {total_preemptions} preemptions, {total_hits} prefix-cache hit \
+         tokens over 300 workloads"
+    );
+    assert!(total_hits > 1000, "shared prefixes should hit the cache");
     assert!(
         total_preemptions > 50,
         "the small pools should force preemptions"

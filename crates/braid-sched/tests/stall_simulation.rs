@@ -154,6 +154,8 @@ fn base_cfg() -> SchedulerConfig {
         num_blocks: 1024,
         max_num_seqs: 32,
         max_model_len: 8192,
+        // Every prompt is read, as the stall being measured needs.
+        prefix_caching: false,
         ..SchedulerConfig::default()
     }
 }

@@ -21,6 +21,11 @@ pub struct ServeArgs {
     #[arg(long, env = "BRAID_MODEL", default_value = braid_model::DEFAULT_MODEL_PATH)]
     pub model: PathBuf,
 
+    /// Read every prompt in full instead of reusing the KV cache of a prefix computed before
+    /// (by an earlier request sharing it, e.g. the same system prompt).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+
     /// Model id clients use in the `model` field and /v1/models lists [default: the model
     /// file's name without .gguf]. Requests that omit `model` are served too.
     #[arg(long)]
@@ -118,6 +123,7 @@ impl ServeArgs {
             chunked_prefill: !self.no_chunked_prefill,
             itl_target: (self.itl_target_ms > 0).then(|| Duration::from_millis(self.itl_target_ms)),
             starvation_after: Duration::from_millis(self.starvation_ms),
+            prefix_caching: !self.no_prefix_cache,
         }
     }
 
@@ -185,6 +191,7 @@ mod tests {
         let e = a.to_engine_config();
         assert_eq!(e.itl_target, Some(Duration::from_millis(100)));
         assert!(e.chunked_prefill);
+        assert!(e.prefix_caching);
         assert_eq!(e.max_waiting, 256);
         a.check().unwrap();
         let off = ServeArgs {

@@ -5,6 +5,9 @@
 //! prompt slices the planner (braid-sched) fits under the latency target, as one forward.
 //! Requests arrive over a channel and leave through their own event channels; a closed event
 //! channel is a client that left, and its sequence is freed before the next step.
+//! With prefix caching a chunk may start past 0 on admission: the K/V before it are in cached
+//! blocks shared with other sequences, and the engine, which only ever feeds a chunk's own
+//! positions, needs to do nothing about it.
 //!
 //! A failing step (model error or panic) must not leave anyone hanging: every request in
 //! flight gets a `Failed` event (a 500 for its client), the scheduler and KV pool start afresh,
@@ -15,7 +18,9 @@ use crate::engine_handle::{
 };
 use crate::metrics::Metrics;
 use braid_model::{BatchEntry, KvPool, LoadedModel, Sampler, Workspace};
-use braid_sched::{CostModel, Scheduler, SchedulerConfig, StepFeatures, StepPlan};
+use braid_sched::{
+    CostModel, PrefixCacheStats, Scheduler, SchedulerConfig, StepFeatures, StepPlan,
+};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
@@ -35,6 +40,8 @@ pub struct EngineConfig {
     /// None disables the latency target (only `max_batched_tokens` bounds a step).
     pub itl_target: Option<Duration>,
     pub starvation_after: Duration,
+    /// Reuse the K/V of cached prompt prefixes (`--no-prefix-cache` turns it off).
+    pub prefix_caching: bool,
 }
 
 /// Starts the engine thread on `model` and returns the handle handlers submit to.
@@ -57,6 +64,7 @@ pub fn spawn_engine(
         itl_target: cfg.itl_target,
         starvation_after: cfg.starvation_after,
         min_prefill_chunk: 16.min(cfg.max_batched_tokens),
+        prefix_caching: cfg.prefix_caching,
     };
     sched_cfg
         .validate()
@@ -96,6 +104,7 @@ pub fn spawn_engine(
                 shared: shared.clone(),
                 metrics,
                 preemptions_seen: 0,
+                prefix_seen: PrefixCacheStats::default(),
                 steps,
             };
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -146,6 +155,9 @@ struct Engine {
     shared: Arc<EngineShared>,
     metrics: Arc<Metrics>,
     preemptions_seen: u64,
+    /// Prefix-cache counts already added to the metrics (the scheduler's totals restart
+    /// when it does).
+    prefix_seen: PrefixCacheStats,
     steps: tokio::sync::broadcast::Sender<StepRecord>,
 }
 
@@ -347,6 +359,14 @@ impl Engine {
             .num_preemptions_total
             .inc_by(preemptions - self.preemptions_seen);
         self.preemptions_seen = preemptions;
+        let prefix = self.sched.prefix_cache_stats();
+        self.metrics
+            .prefix_cache_queries_total
+            .inc_by(prefix.queries - self.prefix_seen.queries);
+        self.metrics
+            .prefix_cache_hits_total
+            .inc_by(prefix.hits - self.prefix_seen.hits);
+        self.prefix_seen = prefix;
 
         let now = Instant::now();
         let mut itl_ms = Vec::new();
@@ -430,6 +450,7 @@ impl Engine {
     }
 
     fn finish(&mut self, id: u64, reason: FinishReason) {
+        let cached_tokens = self.sched.sequence(id).map_or(0, |s| s.cached_tokens);
         self.sched.finish(id);
         let Some(a) = self.active.remove(&id) else {
             return;
@@ -450,6 +471,7 @@ impl Engine {
         tracing::debug!(
             id = a.id_for_log,
             prompt_tokens = a.prompt_tokens,
+            cached_tokens,
             completion_tokens = a.generated,
             queue_ms = a.queue_secs.map(|q| (q * 1e3).round()),
             ttft_ms = a
@@ -480,6 +502,8 @@ impl Engine {
         }
         self.sched =
             Scheduler::with_cost_model(self.sched_cfg.clone(), self.sched.cost_model().clone());
+        self.preemptions_seen = 0;
+        self.prefix_seen = PrefixCacheStats::default();
         self.ws = Workspace::default();
     }
 

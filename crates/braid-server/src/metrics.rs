@@ -22,6 +22,8 @@ pub struct Metrics {
     pub prompt_tokens_total: IntCounter,
     pub generation_tokens_total: IntCounter,
     pub num_preemptions_total: IntCounter,
+    pub prefix_cache_queries_total: IntCounter,
+    pub prefix_cache_hits_total: IntCounter,
     pub request_success_total: IntCounterVec,
     pub request_errors_total: IntCounterVec,
 }
@@ -144,6 +146,16 @@ impl Metrics {
             num_preemptions_total: counter(
                 "braid_num_preemptions_total",
                 "Sequences preempted to free KV blocks.",
+            ),
+            prefix_cache_queries_total: counter(
+                "braid_prefix_cache_queries_total",
+                "Tokens looked up in the prefix cache: every token of every admitted sequence \
+                 (vLLM's prefix_cache_queries).",
+            ),
+            prefix_cache_hits_total: counter(
+                "braid_prefix_cache_hits_total",
+                "Tokens found in the prefix cache, whose K/V were reused instead of computed \
+                 (vLLM's prefix_cache_hits).",
             ),
             request_success_total: success,
             request_errors_total: errors,

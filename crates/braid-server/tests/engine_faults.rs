@@ -23,6 +23,7 @@ fn engine() -> (EngineHandle, tempfile::TempDir) {
         chunked_prefill: true,
         itl_target: Some(Duration::from_millis(100)),
         starvation_after: Duration::from_secs(2),
+        prefix_caching: true,
     };
     (
         spawn_engine(model, cfg, Arc::new(Metrics::new())).unwrap(),

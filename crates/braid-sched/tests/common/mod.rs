@@ -53,6 +53,7 @@ pub fn small_cfg() -> SchedulerConfig {
         itl_target: None,
         starvation_after: Duration::from_secs(2),
         min_prefill_chunk: 4,
+        prefix_caching: false,
     }
 }
 

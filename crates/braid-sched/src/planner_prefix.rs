@@ -1,0 +1,81 @@
+//! The planner's side of prefix caching: find a prompt's cached prefix on admission, give it
+//! back if admission fails, register blocks once they are full and computed.
+
+use super::Scheduler;
+use crate::sequence::SeqId;
+
+impl Scheduler {
+    /// Gives a waiting sequence the longest chain of its full blocks found in the cache
+    /// (one more holder each) and moves its `num_computed` past them; returns the tokens
+    /// reused. At least the last token is always left to compute: its logits are what the
+    /// first sample is drawn from. 0 when prefix caching is off.
+    pub(super) fn reuse_cached_prefix(&mut self, id: SeqId) -> usize {
+        if !self.cfg.prefix_caching {
+            return 0;
+        }
+        let bs = self.cfg.block_size;
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        debug_assert!(seq.block_table.is_empty() && seq.num_computed == 0);
+        self.hasher
+            .extend_chain(&mut seq.block_hashes, &seq.tokens, bs);
+        let max_blocks = (seq.tokens.len() - 1) / bs;
+        for &hash in seq.block_hashes.iter().take(max_blocks) {
+            let Some(block) = self.allocator.lookup(hash) else {
+                break;
+            };
+            self.allocator.acquire(block);
+            seq.block_table.push(block);
+        }
+        seq.num_cached_blocks = seq.block_table.len();
+        seq.num_computed = seq.block_table.len() * bs;
+        seq.num_computed
+    }
+
+    /// Undoes [`Scheduler::reuse_cached_prefix`] for a sequence that stays in the queue.
+    pub(super) fn return_cached_prefix(&mut self, id: SeqId) {
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        self.allocator.free_table(&seq.block_table);
+        seq.block_table.clear();
+        seq.num_cached_blocks = 0;
+        seq.num_computed = 0;
+    }
+
+    /// Counts an admission's lookup: all its tokens asked about, `reused` found.
+    pub(super) fn count_prefix_lookup(&mut self, id: SeqId, reused: usize) {
+        if !self.cfg.prefix_caching {
+            return;
+        }
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        if seq.first_scheduled.is_none() {
+            seq.cached_tokens = reused;
+        }
+        self.prefix_stats.queries += seq.tokens.len() as u64;
+        self.prefix_stats.hits += reused as u64;
+    }
+
+    /// Registers `id`'s blocks that are now full and computed (after a commit). A block whose
+    /// contents another block already caches stays private to `id`.
+    pub(super) fn register_computed_blocks(&mut self, id: SeqId) {
+        if !self.cfg.prefix_caching {
+            return;
+        }
+        let bs = self.cfg.block_size;
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        if !seq.is_running() {
+            return;
+        }
+        let full = seq.num_computed / bs;
+        if full <= seq.num_cached_blocks {
+            return;
+        }
+        self.hasher
+            .extend_chain(&mut seq.block_hashes, &seq.tokens, bs);
+        for i in seq.num_cached_blocks..full {
+            self.allocator
+                .register(seq.block_table[i], seq.block_hashes[i]);
+        }
+        seq.num_cached_blocks = full;
+    }
+}
