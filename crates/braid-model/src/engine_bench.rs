@@ -70,23 +70,47 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
 
     let mut decode = Vec::new();
     for &n in &opts.batch_sizes {
-        let per = (opts.context + opts.decode_steps).div_ceil(bs);
-        let mut kv = KvPool::new(cfg, bs, per * n);
+        // The context is read once and its blocks shared by every sequence (as a prefix cache
+        // would); each sequence decodes into blocks of its own. Attention still reads the
+        // whole context per sequence, so the cost measured is that of N distinct contexts.
+        let shared = opts.context.div_ceil(bs);
+        let own = (opts.context + opts.decode_steps).div_ceil(bs) - opts.context / bs;
+        let mut kv = KvPool::new(cfg, bs, shared + own * n);
         let tables: Vec<Vec<u32>> = (0..n)
-            .map(|s| (0..per as u32).map(|b| (s * per) as u32 + b).collect())
+            .map(|s| {
+                let mut t: Vec<u32> = (0..(opts.context / bs) as u32).collect();
+                t.extend((0..own as u32).map(|b| (shared + s * own) as u32 + b));
+                t
+            })
             .collect();
         let ctx: Vec<u32> = (0..opts.context).map(token).collect();
-        for tbl in &tables {
+        if !ctx.is_empty() {
             m.model.forward(
                 &[BatchEntry {
                     tokens: &ctx,
                     start: 0,
-                    block_table: tbl,
+                    block_table: &tables[0],
                     sample: false,
                 }],
                 &mut kv,
                 &mut ws,
             )?;
+        }
+        if opts.context % bs != 0 {
+            // A partly filled last context block is per sequence: fill it for the others too.
+            let tail = opts.context / bs * bs;
+            for tbl in &tables[1..] {
+                m.model.forward(
+                    &[BatchEntry {
+                        tokens: &ctx[tail..],
+                        start: tail,
+                        block_table: tbl,
+                        sample: false,
+                    }],
+                    &mut kv,
+                    &mut ws,
+                )?;
+            }
         }
         let toks: Vec<u32> = (0..n).map(token).collect();
         let mut steps = Vec::new();

@@ -5,8 +5,9 @@
 //! allocates on the hot path and never runs out of memory mid-step: it runs out of blocks,
 //! which the scheduler handles by preemption.
 //!
-//! Layout `[layer][block][kv_head][slot][head_dim]`: attention reads, for one head, a block's
-//! keys as one contiguous run.
+//! Layout `[layer][block][kv_head]`, then keys transposed (`[head_dim][slot]`) and values as
+//! rows (`[slot][head_dim]`): attention scores 16 keys at a time with one vector per
+//! dimension, and sums values one row at a time, without horizontal reductions.
 
 use crate::config::ModelConfig;
 
@@ -20,7 +21,12 @@ pub struct KvPool {
 }
 
 impl KvPool {
+    /// `block_size` must be a multiple of 16 (attention scores 16 keys at a time).
     pub fn new(cfg: &ModelConfig, block_size: usize, num_blocks: usize) -> Self {
+        assert!(
+            block_size > 0 && block_size % 16 == 0,
+            "KV block size {block_size} is not a multiple of 16"
+        );
         let len = cfg.num_layers * num_blocks * cfg.num_kv_heads * block_size * cfg.head_dim;
         Self {
             block_size,
@@ -55,14 +61,18 @@ impl KvPool {
         let block = block_table[pos / self.block_size] as usize;
         let slot = pos % self.block_size;
         let d = self.head_dim;
+        let bs = self.block_size;
         for h in 0..self.kv_heads {
-            let at = self.offset(layer, block, h) + slot * d;
-            self.k[at..at + d].copy_from_slice(&k[h * d..(h + 1) * d]);
+            let base = self.offset(layer, block, h);
+            for (i, &x) in k[h * d..(h + 1) * d].iter().enumerate() {
+                self.k[base + i * bs + slot] = x;
+            }
+            let at = base + slot * d;
             self.v[at..at + d].copy_from_slice(&v[h * d..(h + 1) * d]);
         }
     }
 
-    /// Keys and values of one head in one block: `block_size * head_dim` floats each.
+    /// Keys (`[head_dim][block_size]`) and values (`[block_size][head_dim]`) of one head in one block.
     pub fn block(&self, layer: usize, block: u32, head: usize) -> (&[f32], &[f32]) {
         let at = self.offset(layer, block as usize, head);
         let len = self.block_size * self.head_dim;

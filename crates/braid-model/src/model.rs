@@ -7,7 +7,7 @@
 //! Logits are computed only for the rows that will be sampled: the output layer is the
 //! largest matrix of a small model, and a prompt slice needs only its last row, if any.
 
-use crate::attention::{attend_head, HeadTask};
+use crate::attention::{attend_group, GroupTask, Scratch, ROW_TILE};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::int8_matmul::{matmul, QuantizedRows};
@@ -201,40 +201,42 @@ impl Model {
         let c = &self.config;
         let (h, d) = (c.hidden, c.head_dim);
         let group = c.num_heads / c.num_kv_heads;
-        let mut tasks = Vec::with_capacity(batch.len() * c.num_heads);
+        let mut tasks = Vec::with_capacity(batch.len() * c.num_kv_heads);
         let mut row = 0;
         for e in batch {
-            for head in 0..c.num_heads {
-                tasks.push((
-                    row,
-                    HeadTask {
+            for tile in (0..e.tokens.len()).step_by(ROW_TILE) {
+                let rows = ROW_TILE.min(e.tokens.len() - tile);
+                for kv_head in 0..c.num_kv_heads {
+                    let task = GroupTask {
                         layer,
                         block_table: e.block_table,
-                        start: e.start,
-                        rows: e.tokens.len(),
-                        head,
-                        kv_head: head / group,
-                    },
-                ));
+                        start: e.start + tile,
+                        rows,
+                        kv_head,
+                        first_head: kv_head * group,
+                        group,
+                    };
+                    tasks.push((row + tile, task));
+                }
             }
             row += e.tokens.len();
         }
         let qkv = SendPtr(ws.qkv.as_mut_ptr());
         let out = SendPtr(ws.attn.as_mut_ptr());
-        // Large prompt slices first, so the two cores finish together.
+        // Costliest tiles first (rows × context), so the two cores finish together.
         tasks.sort_by_key(|(_, t)| std::cmp::Reverse(t.rows * (t.start + t.rows)));
         tasks
             .par_iter()
-            .for_each_init(Vec::new, |scores, (row0, task)| {
+            .for_each_init(Scratch::default, |scratch, (row0, task)| {
                 let (qkv, out) = (&qkv, &out);
-                // SAFETY: each task reads its own query rows and writes its own (rows, head) slots.
-                attend_head(
+                // SAFETY: each task reads its own query rows and writes its own (row, head) slots.
+                attend_group(
                     kv,
                     task,
                     d,
-                    scores,
-                    |i| unsafe { qkv.0.add((row0 + i) * qkv_w + task.head * d) as *const f32 },
-                    |i| unsafe { out.0.add((row0 + i) * h + task.head * d) },
+                    scratch,
+                    |i, head| unsafe { qkv.0.add((row0 + i) * qkv_w + head * d) as *const f32 },
+                    |i, head| unsafe { out.0.add((row0 + i) * h + head * d) },
                 );
             });
     }
