@@ -76,6 +76,9 @@ pub fn spawn_engine(
             cfg.block_size
         );
     }
+    if cfg.block_size % 16 != 0 {
+        anyhow::bail!("--block-size {} must be a multiple of 16 (attention scores 16 cached keys at a time)", cfg.block_size);
+    }
     let shared = Arc::new(EngineShared::default());
     shared.alive.store(true, Ordering::Release);
     let (tx, rx) = mpsc::channel();
