@@ -96,7 +96,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                 &mut ws,
             )?;
         }
-        if opts.context % bs != 0 {
+        if !opts.context.is_multiple_of(bs) {
             // A partly filled last context block is per sequence: fill it for the others too.
             let tail = opts.context / bs * bs;
             for tbl in &tables[1..] {

@@ -24,7 +24,7 @@ impl KvPool {
     /// `block_size` must be a multiple of 16 (attention scores 16 keys at a time).
     pub fn new(cfg: &ModelConfig, block_size: usize, num_blocks: usize) -> Self {
         assert!(
-            block_size > 0 && block_size % 16 == 0,
+            block_size > 0 && block_size.is_multiple_of(16),
             "KV block size {block_size} is not a multiple of 16"
         );
         let len = cfg.num_layers * num_blocks * cfg.num_kv_heads * block_size * cfg.head_dim;

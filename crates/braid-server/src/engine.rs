@@ -76,7 +76,7 @@ pub fn spawn_engine(
             cfg.block_size
         );
     }
-    if cfg.block_size % 16 != 0 {
+    if !cfg.block_size.is_multiple_of(16) {
         anyhow::bail!("--block-size {} must be a multiple of 16 (attention scores 16 cached keys at a time)", cfg.block_size);
     }
     let shared = Arc::new(EngineShared::default());
