@@ -17,6 +17,8 @@ PORT=${PORT:-18080}
 scripts/fetch-model.sh
 cargo build --release --quiet --bin braid
 mkdir -p "$OUT"
+# Other work on a shared machine skews every figure: record how busy it was.
+echo "start: $(cat /proc/loadavg)" >"$OUT/load.txt"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; pids=(); }
 trap cleanup EXIT
@@ -79,5 +81,6 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
   done
 fi
 
+echo "end: $(cat /proc/loadavg)" >>"$OUT/load.txt"
 python3 scripts/render-performance.py "$OUT" >docs/PERFORMANCE.md
 echo "bench: wrote $OUT and docs/PERFORMANCE.md" >&2
