@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine_bench;
 pub mod error;
 pub mod generate;
+pub mod hub;
 pub mod int8_matmul;
 pub mod kernel_comparison;
 pub mod kv_pool;

@@ -21,6 +21,20 @@ pub struct ServeArgs {
     #[arg(long, env = "BRAID_MODEL", default_value = braid_model::DEFAULT_MODEL_PATH)]
     pub model: PathBuf,
 
+    /// Load the model from this model-hub repository instead of --model (needs --hf-file).
+    /// The hub cache (HF_HUB_CACHE, else HF_HOME/hub) is used first; only a missing file is
+    /// downloaded (from HF_ENDPOINT, with HF_TOKEN), and never with HF_HUB_OFFLINE=1.
+    #[arg(long, value_name = "OWNER/NAME", requires = "hf_file")]
+    pub hf_repo: Option<String>,
+
+    /// The GGUF file in --hf-repo to load.
+    #[arg(long, value_name = "FILE", requires = "hf_repo")]
+    pub hf_file: Option<String>,
+
+    /// Branch, tag or commit hash of --hf-repo.
+    #[arg(long, value_name = "REV", default_value = "main")]
+    pub hf_revision: String,
+
     /// Read every prompt in full instead of reusing the KV cache of a prefix computed before
     /// (by an earlier request sharing it, e.g. the same system prompt).
     #[arg(long)]
@@ -127,11 +141,23 @@ impl ServeArgs {
         }
     }
 
+    /// The hub file to load, when --hf-repo is given.
+    pub fn hub_model(&self) -> Option<braid_model::hub::HubModel> {
+        Some(braid_model::hub::HubModel {
+            repo: self.hf_repo.clone()?,
+            file: self.hf_file.clone()?,
+            revision: self.hf_revision.clone(),
+        })
+    }
+
     /// The id /v1/models lists and requests may name.
     pub fn served_model_name(&self) -> String {
         self.served_model_name.clone().unwrap_or_else(|| {
-            let name = self
-                .model
+            let file = match &self.hf_file {
+                Some(f) if self.hf_repo.is_some() => PathBuf::from(f),
+                _ => self.model.clone(),
+            };
+            let name = file
                 .file_name()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
@@ -193,6 +219,14 @@ mod tests {
         assert!(e.chunked_prefill);
         assert!(e.prefix_caching);
         assert_eq!(e.max_waiting, 256);
+        assert_eq!(a.hub_model(), None);
+        let hub = ServeArgs {
+            hf_repo: Some("owner/repo".into()),
+            hf_file: Some("sub/m.Q8_0.gguf".into()),
+            ..a.clone()
+        };
+        assert_eq!(hub.served_model_name(), "m.Q8_0");
+        assert_eq!(hub.hub_model().unwrap().revision, "main");
         a.check().unwrap();
         let off = ServeArgs {
             itl_target_ms: 0,

@@ -125,10 +125,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     let read_timeout = Duration::from_secs(args.header_read_timeout_secs);
     let app = router(state.clone(), read_timeout);
     let (shutdown, shutdown_rx) = watch::channel(0u32);
-    tracing::info!(
-        "listening on http://{addr}; loading {}",
-        args.model.display()
-    );
+    let source = match args.hub_model() {
+        Some(m) => format!("{} from {}@{}", m.file, m.repo, m.revision),
+        None => args.model.display().to_string(),
+    };
+    tracing::info!("listening on http://{addr}; loading {source}");
     let task = tokio::spawn(run(
         listener,
         app,
@@ -173,14 +174,21 @@ async fn lifecycle(
     addr: SocketAddr,
 ) -> anyhow::Result<()> {
     let path = args.model.clone();
+    let hub = args.hub_model();
     let started = Instant::now();
-    let load = tokio::task::spawn_blocking(move || LoadedModel::load(&path));
+    let load = tokio::task::spawn_blocking(move || -> anyhow::Result<LoadedModel> {
+        let path = match hub {
+            Some(m) => braid_model::hub::resolve(&m)?,
+            None => path,
+        };
+        Ok(LoadedModel::load(&path)?)
+    });
     let model = tokio::select! {
         loaded = load => match loaded.context("model loading panicked")? {
             Ok(model) => Arc::new(model),
             Err(e) => {
                 tracing::error!("cannot load the model: {e}");
-                return Err(anyhow::Error::new(e).context("cannot load the model"));
+                return Err(e.context("cannot load the model"));
             }
         },
         _ = shutdown.changed() => {
