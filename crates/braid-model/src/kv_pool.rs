@@ -3,7 +3,10 @@
 //! Which block belongs to which sequence is decided by the scheduler (braid-sched's block
 //! allocator); this pool only stores the numbers. Preallocating means a full server never
 //! allocates on the hot path and never runs out of memory mid-step: it runs out of blocks,
-//! which the scheduler handles by preemption.
+//! which the scheduler handles by preemption. The pool's pages are touched when it is made,
+//! not left to the first write: zeroed memory is otherwise mapped lazily, so the process's
+//! memory would grow under load (until every block had been used once) instead of at start,
+//! and a machine without that memory would fail mid-step instead of at start.
 //!
 //! Layout `[layer][block][kv_head]`, then keys transposed (`[head_dim][slot]`) and values as
 //! rows (`[slot][head_dim]`): attention scores 16 keys at a time with one vector per
@@ -20,6 +23,18 @@ pub struct KvPool {
     v: Vec<f32>,
 }
 
+/// `len` zeros, with every page written once so that the memory is resident now.
+fn touched(len: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; len];
+    const FLOATS_PER_PAGE: usize = 4096 / std::mem::size_of::<f32>();
+    for i in (0..len).step_by(FLOATS_PER_PAGE) {
+        // Volatile: a plain store of 0.0 to zeroed memory may be optimized away.
+        // SAFETY: i < len, inside the allocation.
+        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0.0) };
+    }
+    v
+}
+
 impl KvPool {
     /// `block_size` must be a multiple of 16 (attention scores 16 keys at a time).
     pub fn new(cfg: &ModelConfig, block_size: usize, num_blocks: usize) -> Self {
@@ -33,8 +48,8 @@ impl KvPool {
             num_blocks,
             kv_heads: cfg.num_kv_heads,
             head_dim: cfg.head_dim,
-            k: vec![0.0; len],
-            v: vec![0.0; len],
+            k: touched(len),
+            v: touched(len),
         }
     }
 

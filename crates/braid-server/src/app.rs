@@ -1,27 +1,34 @@
 //! The router: which path goes to which handler, and the layers around all of them.
 //!
-//! Layers, outermost first: tracing of every HTTP request; the error middleware (counts
-//! error responses in `braid_request_errors_total`, logs why, and rewrites any plain-text
-//! error a layer produced into OpenAI's error JSON); a timeout on reading the request body;
-//! the body size limit (enforced by `ApiJson`, which answers 413 in JSON).
+//! Layers, outermost first: tracing of every HTTP request (method and path, never the query
+//! string, which may hold `api_key`); CORS, only with `--cors-origin` (outside the key check,
+//! so browsers' preflight requests and error answers get their headers); the error middleware
+//! (counts error responses in `braid_request_errors_total`, logs why, and rewrites any
+//! plain-text error a layer produced into OpenAI's error JSON); the API key check (`auth`);
+//! a timeout on reading the request body; the body size limit (enforced by `ApiJson`, which
+//! answers 413 in JSON).
 
+use crate::auth::require_key;
 use crate::error::{ApiError, ErrorMessage};
+use crate::openapi::openapi_json;
 use crate::routes::{
     chat, completions, dashboard, fallback, health, metrics_route, models, tokenize,
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::header;
+use axum::http::{header, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::time::Duration;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
-    Router::new()
+    let cors = cors_layer(&state.cors_origins);
+    let routes = Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/models", get(models::list_models))
@@ -32,13 +39,51 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .route("/metrics", get(metrics_route::metrics))
         .route("/dashboard", get(dashboard::dashboard))
         .route("/debug/steps", get(dashboard::steps))
+        .route("/openapi.json", get(openapi_json))
         .fallback(fallback::not_found)
         .method_not_allowed_fallback(fallback::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
         .layer(RequestBodyTimeoutLayer::new(body_read_timeout))
-        .layer(middleware::from_fn_with_state(state.clone(), errors))
-        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn_with_state(
+            state.auth.clone(),
+            require_key,
+        ))
+        .layer(middleware::from_fn_with_state(state.clone(), errors));
+    let routes = match cors {
+        Some(cors) => routes.layer(cors),
+        None => routes,
+    };
+    routes
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            // The path only: a query string may carry `api_key`.
+            tracing::debug_span!("request", method = %req.method(), path = req.uri().path())
+        }))
         .with_state(state)
+}
+
+/// CORS for the given origins (`*`: any); None when there are none (no CORS headers at all).
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect::<Vec<_>>(),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .expose_headers([header::RETRY_AFTER])
+            .max_age(Duration::from_secs(600)),
+    )
 }
 
 fn is_json(resp: &Response) -> bool {

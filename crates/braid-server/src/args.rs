@@ -111,6 +111,38 @@ pub struct ServeArgs {
     /// connection stays open) and, separately, its body; slow clients are disconnected.
     #[arg(long, default_value_t = 10)]
     pub header_read_timeout_secs: u64,
+
+    /// Longest prompt accepted, in tokens (after the chat template); longer: 400
+    /// [default: the model's context length].
+    #[arg(long)]
+    pub max_prompt_tokens: Option<usize>,
+
+    /// Most open client connections. Past it, a new connection gets a 503 (with Retry-After)
+    /// and is closed; past twice it, a new connection is closed without an answer.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+
+    /// API key clients must send as `Authorization: Bearer KEY` on every route except
+    /// /health, /metrics, /dashboard and /openapi.json; /debug/steps also takes `?api_key=KEY`
+    /// (open the dashboard as /dashboard?api_key=KEY). Repeat for several keys; the env
+    /// variable takes a comma-separated list. Without one, the server is open to anyone.
+    #[arg(
+        long = "api-key",
+        value_name = "KEY",
+        env = "BRAID_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<crate::auth::ApiKey>,
+
+    /// Require the API key on /metrics too.
+    #[arg(long)]
+    pub protect_metrics: bool,
+
+    /// Let web pages from ORIGIN (e.g. https://app.example.com; * for any) call the API from
+    /// a browser (CORS; repeatable). Without it, no CORS headers are sent.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
 }
 
 impl ServeArgs {
@@ -190,11 +222,25 @@ impl ServeArgs {
                 "--header-read-timeout-secs",
                 self.header_read_timeout_secs as usize,
             ),
+            ("--max-connections", self.max_connections),
         ];
         for (flag, value) in positive {
             if value == 0 {
                 anyhow::bail!("{flag} must be at least 1");
             }
+        }
+        if self.max_prompt_tokens == Some(0) {
+            anyhow::bail!(
+                "--max-prompt-tokens must be at least 1 (omit it to allow the model's whole context)"
+            );
+        }
+        if self.protect_metrics && self.api_keys.is_empty() {
+            anyhow::bail!(
+                "--protect-metrics needs an API key: pass --api-key KEY or set BRAID_API_KEY"
+            );
+        }
+        for origin in &self.cors_origins {
+            check_origin(origin)?;
         }
         if self.max_tokens_cap == Some(0) {
             anyhow::bail!(
@@ -203,6 +249,25 @@ impl ServeArgs {
         }
         Ok(())
     }
+}
+
+/// A CORS origin as browsers send it: `*`, or scheme://host[:port] with no path.
+fn check_origin(origin: &str) -> anyhow::Result<()> {
+    if origin == "*" {
+        return Ok(());
+    }
+    let fix = "give it as scheme://host[:port], e.g. https://app.example.com (no path, no trailing slash), or * for any origin";
+    let Some((scheme, host)) = origin.split_once("://") else {
+        anyhow::bail!("--cors-origin {origin:?}: {fix}");
+    };
+    let ok = matches!(scheme, "http" | "https")
+        && !host.is_empty()
+        && !host.contains('/')
+        && host.bytes().all(|b| b.is_ascii_graphic());
+    if !ok {
+        anyhow::bail!("--cors-origin {origin:?}: {fix}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -235,6 +300,33 @@ mod tests {
         };
         assert_eq!(off.to_engine_config().itl_target, None);
         assert!(!off.to_engine_config().chunked_prefill);
-        assert!(ServeArgs { block_size: 0, ..a }.check().is_err());
+        assert!(ServeArgs {
+            block_size: 0,
+            ..a.clone()
+        }
+        .check()
+        .is_err());
+        assert_eq!(a.max_connections, 512);
+        assert!(a.api_keys.is_empty() && a.cors_origins.is_empty() && !a.protect_metrics);
+        assert!(ServeArgs {
+            protect_metrics: true,
+            ..a.clone()
+        }
+        .check()
+        .is_err());
+        for (origin, ok) in [
+            ("*", true),
+            ("https://app.example.com", true),
+            ("http://localhost:3000", true),
+            ("https://app.example.com/", false),
+            ("app.example.com", false),
+            ("ftp://x", false),
+        ] {
+            let args = ServeArgs {
+                cors_origins: vec![origin.into()],
+                ..a.clone()
+            };
+            assert_eq!(args.check().is_ok(), ok, "{origin}");
+        }
     }
 }

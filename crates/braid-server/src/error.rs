@@ -13,12 +13,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 /// The body OpenAI clients parse.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     pub message: String,
     #[serde(rename = "type")]

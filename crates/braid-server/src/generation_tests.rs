@@ -66,6 +66,7 @@ fn fake_server(request_timeout_secs: u64, script: fn(EngineRequest)) -> AppState
         max_tokens_cap: 512,
         max_stop_strings: 4,
         max_stop_string_len: 64,
+        max_prompt_tokens: 512,
     };
     state.set_ready(Ready {
         model: m,

@@ -6,6 +6,8 @@
 
 pub mod app;
 pub mod args;
+pub mod auth;
+pub mod connections;
 pub mod engine;
 pub mod engine_handle;
 pub mod error;
@@ -14,6 +16,7 @@ pub mod json;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai_types;
+pub mod openapi;
 pub mod routes;
 pub mod server;
 pub mod sse;

@@ -9,10 +9,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
 // ---------------------------------------------------------------- requests
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: Option<bool>,
@@ -45,65 +46,96 @@ pub struct SamplingFields {
 }
 
 /// POST /v1/completions
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct CompletionRequest {
     pub model: Option<String>,
     /// A string, an array of token ids, or an array holding one string or one id array.
+    #[schema(schema_with = schema::prompt)]
     pub prompt: Option<Value>,
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i64>,
     /// Number of alternatives to return with each token (0..=20); absent: no logprobs.
+    #[schema(minimum = 0, maximum = 20)]
     pub logprobs: Option<i64>,
     pub echo: Option<bool>,
+    #[schema(minimum = 1, maximum = 1)]
     pub best_of: Option<i64>,
+    /// Not supported (no fill-in-the-middle): omit it or send null.
     pub suffix: Option<String>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
     pub temperature: Option<f64>,
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f64>,
+    /// 0 or -1: off.
+    #[schema(minimum = -1)]
     pub top_k: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_p: Option<f64>,
     pub seed: Option<i64>,
+    #[schema(schema_with = schema::stop)]
     pub stop: Option<Value>,
+    #[schema(value_type = Option<Vec<u32>>)]
     pub stop_token_ids: Option<Vec<i64>>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub presence_penalty: Option<f64>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub frequency_penalty: Option<f64>,
+    #[schema(exclusive_minimum = 0.0, maximum = 2.0)]
     pub repetition_penalty: Option<f64>,
     pub ignore_eos: Option<bool>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<i64>,
     pub user: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct ChatMessageIn {
     pub role: Option<String>,
     /// A string, an array of `{"type": "text", "text": ...}` parts, or null.
     #[serde(default)]
+    #[schema(schema_with = schema::content)]
     pub content: Value,
 }
 
 /// POST /v1/chat/completions
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
     pub model: Option<String>,
     pub messages: Option<Vec<ChatMessageIn>>,
+    #[schema(minimum = 1)]
     pub max_tokens: Option<i64>,
     /// OpenAI's newer name for `max_tokens`; wins when both are given.
+    #[schema(minimum = 1)]
     pub max_completion_tokens: Option<i64>,
     pub logprobs: Option<bool>,
+    #[schema(minimum = 0, maximum = 20)]
     pub top_logprobs: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 2.0)]
     pub temperature: Option<f64>,
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
     pub top_p: Option<f64>,
+    /// 0 or -1: off.
+    #[schema(minimum = -1)]
     pub top_k: Option<i64>,
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub min_p: Option<f64>,
     pub seed: Option<i64>,
+    #[schema(schema_with = schema::stop)]
     pub stop: Option<Value>,
+    #[schema(value_type = Option<Vec<u32>>)]
     pub stop_token_ids: Option<Vec<i64>>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub presence_penalty: Option<f64>,
+    #[schema(minimum = -2.0, maximum = 2.0)]
     pub frequency_penalty: Option<f64>,
+    #[schema(exclusive_minimum = 0.0, maximum = 2.0)]
     pub repetition_penalty: Option<f64>,
     pub ignore_eos: Option<bool>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<i64>,
     pub user: Option<String>,
 }
@@ -139,7 +171,7 @@ impl_sampling!(ChatCompletionRequest);
 
 // ---------------------------------------------------------------- responses
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -157,7 +189,7 @@ impl Usage {
 }
 
 /// Legacy completions logprobs: parallel arrays, one entry per token.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<Option<f32>>,
@@ -165,7 +197,7 @@ pub struct CompletionLogprobs {
     pub text_offset: Vec<usize>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct CompletionChoice {
     pub index: u32,
     pub text: String,
@@ -174,7 +206,7 @@ pub struct CompletionChoice {
 }
 
 /// A whole completion, and (with `object: "text_completion"` as OpenAI does) one stream chunk.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct CompletionResponse {
     pub id: String,
     pub object: &'static str,
@@ -186,14 +218,14 @@ pub struct CompletionResponse {
     pub usage: Option<Option<Usage>>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f32,
     pub bytes: Vec<u8>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatTokenLogprob {
     pub token: String,
     pub logprob: f32,
@@ -201,18 +233,18 @@ pub struct ChatTokenLogprob {
     pub top_logprobs: Vec<TopLogprob>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatMessageOut {
     pub role: &'static str,
     pub content: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatChoice {
     pub index: u32,
     pub message: ChatMessageOut,
@@ -220,7 +252,7 @@ pub struct ChatChoice {
     pub finish_reason: Option<&'static str>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatCompletionResponse {
     pub id: String,
     pub object: &'static str,
@@ -230,7 +262,7 @@ pub struct ChatCompletionResponse {
     pub usage: Usage,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct ChatDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
@@ -238,7 +270,7 @@ pub struct ChatDelta {
     pub content: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatChunkChoice {
     pub index: u32,
     pub delta: ChatDelta,
@@ -246,7 +278,7 @@ pub struct ChatChunkChoice {
     pub finish_reason: Option<&'static str>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
     pub object: &'static str,
@@ -257,7 +289,7 @@ pub struct ChatCompletionChunk {
     pub usage: Option<Option<Usage>>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ModelCard {
     pub id: String,
     pub object: &'static str,
@@ -266,7 +298,7 @@ pub struct ModelCard {
     pub max_model_len: usize,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelCard>,
@@ -274,7 +306,7 @@ pub struct ModelList {
 
 // ---------------------------------------------------------------- tokenizer endpoints (vLLM's)
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct TokenizeRequest {
     pub model: Option<String>,
     pub prompt: Option<String>,
@@ -283,22 +315,76 @@ pub struct TokenizeRequest {
     pub add_generation_prompt: Option<bool>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct TokenizeResponse {
     pub tokens: Vec<u32>,
     pub count: usize,
     pub max_model_len: usize,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct DetokenizeRequest {
     pub model: Option<String>,
+    #[schema(value_type = Option<Vec<u32>>)]
     pub tokens: Option<Vec<i64>>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct DetokenizeResponse {
     pub prompt: String,
+}
+
+/// OpenAPI schemas of the fields whose JSON type varies (kept as `Value` in the types).
+mod schema {
+    use utoipa::openapi::schema::{
+        ArrayBuilder, ArrayItems, ObjectBuilder, OneOfBuilder, Schema, Type,
+    };
+    use utoipa::openapi::RefOr;
+
+    fn of(t: Type) -> ObjectBuilder {
+        ObjectBuilder::new().schema_type(t)
+    }
+
+    fn array(items: impl Into<RefOr<Schema>>) -> ArrayBuilder {
+        ArrayBuilder::new().items(ArrayItems::RefOrSchema(Box::new(items.into())))
+    }
+
+    pub fn prompt() -> impl Into<RefOr<Schema>> {
+        let ids = || array(of(Type::Integer).minimum(Some(0)));
+        OneOfBuilder::new()
+            .item(of(Type::String))
+            .item(ids())
+            .item(
+                array(OneOfBuilder::new().item(of(Type::String)).item(ids()))
+                    .min_items(Some(1))
+                    .max_items(Some(1)),
+            )
+            .description(Some(
+                "A string, an array of token ids, or an array holding one string or one array of token ids.",
+            ))
+    }
+
+    pub fn stop() -> impl Into<RefOr<Schema>> {
+        OneOfBuilder::new()
+            .item(of(Type::String))
+            .item(array(of(Type::String)))
+            .item(of(Type::Null))
+            .description(Some(
+                "Text that ends generation when it appears (not included in the output).",
+            ))
+    }
+
+    pub fn content() -> impl Into<RefOr<Schema>> {
+        let part = of(Type::Object)
+            .property("type", of(Type::String).enum_values(Some(["text"])))
+            .required("type")
+            .property("text", of(Type::String))
+            .required("text");
+        OneOfBuilder::new()
+            .item(of(Type::String))
+            .item(array(part))
+            .item(of(Type::Null))
+    }
 }
 
 /// Seconds since the Unix epoch, for `created`.

@@ -11,6 +11,7 @@
 
 use crate::app::router;
 use crate::args::ServeArgs;
+use crate::connections::{self, Admission, ConnectionLimit};
 use crate::engine::spawn_engine;
 use crate::metrics::Metrics;
 use crate::openai_types::unix_now;
@@ -156,7 +157,8 @@ async fn run(
 ) -> anyhow::Result<()> {
     let (stop_accepting, stop_rx) = watch::channel(false);
     let addr = listener.local_addr()?;
-    let accept = tokio::spawn(accept_loop(listener, app, read_timeout, stop_rx));
+    let limit = ConnectionLimit::new(args.max_connections);
+    let accept = tokio::spawn(accept_loop(listener, app, read_timeout, limit, stop_rx));
     let result = lifecycle(&args, &state, shutdown, addr).await;
     let _ = stop_accepting.send(true);
     let _ = accept.await;
@@ -214,6 +216,7 @@ async fn lifecycle(
         max_tokens_cap: args.max_tokens_cap.unwrap_or(context).min(context),
         max_stop_strings: args.max_stop_strings,
         max_stop_string_len: args.max_stop_string_len,
+        max_prompt_tokens: args.max_prompt_tokens.unwrap_or(context).min(context),
     };
     state.set_ready(Ready {
         model,
@@ -252,10 +255,12 @@ async fn lifecycle(
 }
 
 /// Accepts connections until `stop`, then gives open ones `CONNECTION_GRACE` to finish.
+/// Past `--max-connections`, new connections are refused (see `connections`).
 async fn accept_loop(
     listener: TcpListener,
     app: Router,
     read_timeout: Duration,
+    limit: ConnectionLimit,
     mut stop: watch::Receiver<bool>,
 ) {
     let graceful = GracefulShutdown::new();
@@ -276,10 +281,19 @@ async fn accept_loop(
             },
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => break,
         };
+        let permit = match limit.admit() {
+            Admission::Serve(permit) => permit,
+            Admission::Refuse(permit) => {
+                tokio::spawn(connections::refuse(tcp, permit, limit.max()));
+                continue;
+            }
+            Admission::Close => continue,
+        };
         let _ = tcp.set_nodelay(true);
         let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
+            let _permit = permit;
             if let Err(e) = conn.await {
                 tracing::debug!("connection closed: {e}");
             }

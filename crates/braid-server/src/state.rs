@@ -6,6 +6,7 @@
 //! 503 to serving.
 
 use crate::args::ServeArgs;
+use crate::auth::Auth;
 use crate::engine_handle::EngineHandle;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -30,6 +31,10 @@ pub struct Shared {
     pub max_body_bytes: usize,
     /// Makes response ids unique across restarts: "cmpl-<prefix><request id>".
     pub id_prefix: String,
+    /// The API keys and the routes they guard.
+    pub auth: Arc<Auth>,
+    /// Origins allowed to call from a browser (CORS); empty: CORS off.
+    pub cors_origins: Vec<String>,
     ready: OnceLock<Ready>,
 }
 
@@ -55,6 +60,8 @@ impl AppState {
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             max_body_bytes: args.max_body_bytes,
             id_prefix: format!("{:08x}", nanos ^ std::process::id().rotate_left(16)),
+            auth: Arc::new(Auth::new(args.api_keys.clone(), args.protect_metrics)),
+            cors_origins: args.cors_origins.clone(),
             ready: OnceLock::new(),
         }))
     }

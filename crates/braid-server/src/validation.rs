@@ -22,6 +22,8 @@ pub struct Limits {
     pub max_tokens_cap: usize,
     pub max_stop_strings: usize,
     pub max_stop_string_len: usize,
+    /// Longest prompt accepted, in tokens (at most the context length).
+    pub max_prompt_tokens: usize,
 }
 
 /// What the handlers and the engine work from.
@@ -103,6 +105,12 @@ pub enum ValidationError {
     },
     #[error("the prompt ({prompt} tokens) fills the model's context of {context} tokens and leaves no room for a completion")]
     PromptFillsContext { prompt: usize, context: usize },
+    #[error("`{field}` is {prompt} tokens long; this server accepts prompts of at most {max} tokens (--max-prompt-tokens)")]
+    PromptTooLong {
+        field: &'static str,
+        prompt: usize,
+        max: usize,
+    },
 }
 
 impl ValidationError {
@@ -126,6 +134,7 @@ impl ValidationError {
             | ValidationError::Unsupported { field, .. }
             | ValidationError::TokenOutOfVocab { field, .. }
             | ValidationError::ContextOverflow { field, .. }
+            | ValidationError::PromptTooLong { field, .. }
             | ValidationError::ExactlyOne { first: field, .. } => Some(field),
             ValidationError::MultiplePrompts { .. }
             | ValidationError::PromptFillsContext { .. }
@@ -145,6 +154,7 @@ impl ValidationError {
             ValidationError::ModelNotFound { .. } => Some("model_not_found"),
             ValidationError::ContextOverflow { .. }
             | ValidationError::PromptFillsContext { .. } => Some("context_length_exceeded"),
+            ValidationError::PromptTooLong { .. } => Some("prompt_too_long"),
             _ => None,
         }
     }
@@ -200,6 +210,7 @@ pub fn completion(
         .as_ref()
         .ok_or(ValidationError::Missing { field: "prompt" })?;
     let (prompt, text) = prompt(raw, model, limits)?;
+    prompt_length("prompt", prompt.len(), limits)?;
     let max_tokens = max_tokens("max_tokens", req.max_tokens, Some(16), prompt.len(), limits)?;
     Ok(ValidatedRequest {
         max_tokens,
@@ -242,6 +253,7 @@ pub fn chat(
         .as_ref()
         .ok_or(ValidationError::Missing { field: "messages" })?;
     let prompt = chat_prompt(messages, true, model)?;
+    prompt_length("messages", prompt.len(), limits)?;
     let (field, requested) = match req.max_completion_tokens {
         Some(n) => ("max_completion_tokens", Some(n)),
         None => ("max_tokens", req.max_tokens),
@@ -413,6 +425,8 @@ fn out_of_range(field: &'static str, bound: &str, got: impl ToString) -> Validat
 }
 
 /// `v` (default `default`) must be finite and within the bounds; `bound` describes them.
+/// The bounds are checked again on the f32 the sampler gets: 1e-300 is > 0 as f64 but 0 as
+/// f32 (a division by zero in the repetition penalty).
 fn float(
     field: &'static str,
     v: Option<f64>,
@@ -426,10 +440,11 @@ fn float(
     if !x.is_finite() {
         return Err(ValidationError::NotFinite { field, got: x });
     }
-    if !ok(x) {
+    let y = x as f32;
+    if !ok(x) || !y.is_finite() || !ok(y as f64) {
         return Err(out_of_range(field, bound, x));
     }
-    Ok(x as f32)
+    Ok(y)
 }
 
 fn sampling(f: &SamplingFields, logprobs: Option<usize>) -> Result<SamplingParams> {
@@ -560,6 +575,19 @@ pub fn known_token_ids(field: &'static str, ids: &[i64], limits: &Limits) -> Res
             }),
         })
         .collect()
+}
+
+/// The prompt must be no longer than `--max-prompt-tokens` (one that does not even fit the
+/// context is reported as such, by `max_tokens`).
+fn prompt_length(field: &'static str, prompt: usize, limits: &Limits) -> Result<()> {
+    if prompt > limits.max_prompt_tokens && prompt < limits.context_length {
+        return Err(ValidationError::PromptTooLong {
+            field,
+            prompt,
+            max: limits.max_prompt_tokens,
+        });
+    }
+    Ok(())
 }
 
 /// The request's `max_tokens` (or `default`; without one, all the context the prompt leaves,

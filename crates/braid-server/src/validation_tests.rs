@@ -22,6 +22,7 @@ fn limits() -> Limits {
         max_tokens_cap: 512,
         max_stop_strings: 4,
         max_stop_string_len: 8,
+        max_prompt_tokens: 512,
     }
 }
 
@@ -325,4 +326,46 @@ fn chat_message_errors() {
         serde_json::json!({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})
     )
     .contains("top_logprobs"));
+}
+
+#[test]
+fn prompts_longer_than_the_cap_are_refused() {
+    let capped = Limits {
+        max_prompt_tokens: 5,
+        ..limits()
+    };
+    let req: CompletionRequest =
+        serde_json::from_value(serde_json::json!({"prompt": [3, 4, 5, 6, 7, 8], "max_tokens": 1}))
+            .unwrap();
+    let e = completion(&req, model(), &capped).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`prompt` is 6 tokens long; this server accepts prompts of at most 5 tokens (--max-prompt-tokens)"
+    );
+    assert_eq!(
+        (e.param(), e.code()),
+        (Some("prompt"), Some("prompt_too_long"))
+    );
+    assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    let req: CompletionRequest =
+        serde_json::from_value(serde_json::json!({"prompt": [3, 4, 5, 6, 7], "max_tokens": 1}))
+            .unwrap();
+    assert_eq!(completion(&req, model(), &capped).unwrap().prompt.len(), 5);
+    let chat_req: ChatCompletionRequest = serde_json::from_value(
+        serde_json::json!({"messages": [{"role": "user", "content": "a long enough message"}]}),
+    )
+    .unwrap();
+    let e = chat(&chat_req, model(), &capped).unwrap_err();
+    assert_eq!(e.param(), Some("messages"));
+}
+
+#[test]
+fn bounds_hold_for_the_f32_the_sampler_gets() {
+    // Found by tests/fuzz_requests.rs: > 0 as f64, but 0 once narrowed to f32.
+    for field in ["repetition_penalty", "top_p"] {
+        let e = completion_json(serde_json::json!({"prompt": "a", field: 1e-300})).unwrap_err();
+        assert_eq!(e.param(), Some(field), "{e}");
+    }
+    let r = completion_json(serde_json::json!({"prompt": "a", "top_p": 1e-30})).unwrap();
+    assert!(r.params.top_p > 0.0);
 }

@@ -1,0 +1,280 @@
+//! GET /openapi.json: the API's contract, generated from the request and response types in
+//! `openai_types.rs` (utoipa), so clients, gateways and fuzzers read what the server accepts.
+//!
+//! The operations are declared here on empty functions, not on the handlers, so `routes/`
+//! stays plain axum. A test checks that every documented path is a route of the router.
+//! The dashboard and its event feed are left out: they are a view, not the API.
+
+use crate::error::ErrorBody;
+use crate::openai_types::{
+    ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
+    CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
+    TokenizeRequest, TokenizeResponse,
+};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use std::sync::OnceLock;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "braid",
+        description = "OpenAI-compatible completions and chat on CPU. Errors are `{\"error\": {message, type, param, code}}`. When the server runs with --api-key, operations marked with `bearer` need `Authorization: Bearer KEY`.",
+    ),
+    paths(
+        completions,
+        chat_completions,
+        list_models,
+        get_model,
+        tokenize,
+        detokenize,
+        health,
+        metrics
+    ),
+    components(schemas(ErrorBody, CompletionResponse, ChatCompletionChunk)),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("Needed only when the server runs with --api-key."))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The document for a server serving `served_model_name`: every request type's `model` is
+/// that id or absent, so clients and fuzzers know the one accepted value.
+pub fn document(served_model_name: &str) -> Value {
+    static BASE: OnceLock<Value> = OnceLock::new();
+    let mut doc = BASE
+        .get_or_init(|| {
+            serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes")
+        })
+        .clone();
+    if let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    {
+        for schema in schemas.values_mut() {
+            if let Some(model) = schema.pointer_mut("/properties/model") {
+                model["enum"] = json!([served_model_name, null]);
+                model["description"] = json!("The served model's id; may be omitted.");
+            }
+        }
+    }
+    doc
+}
+
+pub async fn openapi_json(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        document(&state.served_model_name).to_string(),
+    )
+        .into_response()
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    tag = "generation",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The completion; with `stream: true`, server-sent events `data: {CompletionResponse}` ending with `data: [DONE]`.",
+            content(
+                (CompletionResponse = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Queue full; retry after Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn completions() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "generation",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The answer; with `stream: true`, server-sent events `data: {ChatCompletionChunk}` ending with `data: [DONE]`.",
+            content(
+                (ChatCompletionResponse = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Queue full; retry after Retry-After seconds", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn chat_completions() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "models",
+    responses(
+        (status = 200, description = "The served model", body = ModelList),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn list_models() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/models/{id}",
+    tag = "models",
+    params(("id" = String, Path, description = "The model id")),
+    responses(
+        (status = 200, description = "The model", body = ModelCard),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn get_model() {}
+
+#[utoipa::path(
+    post,
+    path = "/tokenize",
+    tag = "tokenizer",
+    request_body = TokenizeRequest,
+    responses(
+        (status = 200, description = "The prompt's token ids", body = TokenizeResponse),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn tokenize() {}
+
+#[utoipa::path(
+    post,
+    path = "/detokenize",
+    tag = "tokenizer",
+    request_body = DetokenizeRequest,
+    responses(
+        (status = 200, description = "The tokens' text", body = DetokenizeResponse),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn detokenize() {}
+
+#[utoipa::path(
+    get,
+    path = "/health",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Serving: `{\"status\": \"ok\"}`", body = serde_json::Value),
+        (status = 503, description = "`{\"status\": \"loading\" | \"draining\" | \"engine_stopped\"}`", body = serde_json::Value),
+    )
+)]
+#[allow(dead_code)]
+fn health() {}
+
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 401, description = "Missing or wrong API key (with --protect-metrics)", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn metrics() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_describes_the_request_types() {
+        let doc = document("tiny");
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+        let paths = doc["paths"].as_object().unwrap();
+        for p in [
+            "/v1/completions",
+            "/v1/chat/completions",
+            "/v1/models",
+            "/v1/models/{id}",
+            "/tokenize",
+            "/detokenize",
+            "/health",
+            "/metrics",
+        ] {
+            assert!(paths.contains_key(p), "{p} is documented");
+        }
+        let schemas = &doc["components"]["schemas"];
+        let completion = &schemas["CompletionRequest"]["properties"];
+        for field in [
+            "prompt",
+            "max_tokens",
+            "temperature",
+            "stop",
+            "stream",
+            "top_k",
+        ] {
+            assert!(completion.get(field).is_some(), "CompletionRequest.{field}");
+        }
+        assert_eq!(completion["prompt"]["oneOf"].as_array().unwrap().len(), 3);
+        assert_eq!(completion["model"]["enum"], json!(["tiny", null]));
+        assert_eq!(completion["temperature"]["maximum"], 2.0);
+        assert_eq!(
+            schemas["ChatCompletionRequest"]["properties"]["model"]["enum"],
+            json!(["tiny", null])
+        );
+        assert!(schemas["ErrorBody"].is_object());
+        assert!(schemas["ChatCompletionResponse"].is_object());
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+    }
+}
