@@ -45,7 +45,7 @@ def test_past_max_connections_new_ones_get_503_then_are_closed(make_server):
     s = make_server("--max-connections", "4", "--header-read-timeout-secs", "30")
     held = [open_idle(s.port) for _ in range(4)]
     body = json.dumps({"prompt": "The moon is", "max_tokens": 2}).encode()
-    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     answer, secs = exchange(s.port, request)
     assert answer.startswith(b"HTTP/1.1 503"), answer
     assert secs < 3, secs
