@@ -61,9 +61,9 @@ def main(out: Path):
     p(f"Latest run: `scripts/bench.sh` → [`{out}`]({out.relative_to('docs')}/) (JSON reports, SVG charts, raw server logs).")
     p(f"Machine: {machine()}. Model: SmolLM2-135M-Instruct Q4_1 GGUF (the default). All figures are from one run;")
     p("the machine is shared and noisy, so compare ratios measured side by side and read medians and percentiles.")
-    load = out / "load.txt"
-    if load.exists():
-        p("Load average (1, 5, 15 min) at the start and end of the run, from `/proc/loadavg`: " + "; ".join(load.read_text().split("\n")).strip("; ") + ".")
+    load_file = out / "load.txt"
+    if load_file.exists():
+        p("Load average (1, 5, 15 min) at the start and end of the run, from `/proc/loadavg`: " + "; ".join(load_file.read_text().split("\n")).strip("; ") + ".")
         p("On 2 cores, a load above 2 means braid and llama.cpp had only part of the machine: the absolute figures are then low for both.")
     p("")
 
