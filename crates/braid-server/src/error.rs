@@ -71,7 +71,7 @@ impl ApiError {
         Self::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
-            format!("no route for {method} {path}; braid serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /health and GET /metrics"),
+            format!("no route for {method} {path}; braid serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics and GET /dashboard; GET /openapi.json describes the API"),
         )
         .with_code("route_not_found")
     }
