@@ -12,5 +12,5 @@ scripts/install-test-tools.sh
 cargo build --release --bin braid
 cargo test --release --workspace
 
-export BRAID_BIN="$PWD/target/release/braid"
+export BRAID_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/braid"
 .venv/bin/python -m pytest -q tests/e2e "$@"
