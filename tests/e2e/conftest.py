@@ -16,6 +16,27 @@ BIN = os.environ.get("BRAID_BIN", str(ROOT / "target" / "release" / "braid"))
 MODEL = os.environ.get("BRAID_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
+# Sixteen different short prompts, for tests that need many distinct requests.
+PROMPTS = [
+    "Once upon a time, there was a little",
+    "def fibonacci(n):",
+    "In 1969, astronauts",
+    "My favorite food is",
+    "The sun rises in the",
+    "Dear Sir or Madam,",
+    "The moon is",
+    "Q: What is 7 times 8?\nA:",
+    "The history of the printing press",
+    "Water boils at",
+    "The best way to learn a language is",
+    "In the middle of the forest",
+    "Photosynthesis is the process",
+    "The first computer",
+    "Rain falls when",
+    "My grandmother always said",
+]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

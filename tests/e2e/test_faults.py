@@ -11,26 +11,8 @@ import time
 
 import requests
 
-from conftest import Server
+from conftest import PROMPTS, Server
 
-PROMPTS = [
-    "Once upon a time, there was a little",
-    "def fibonacci(n):",
-    "In 1969, astronauts",
-    "My favorite food is",
-    "The sun rises in the",
-    "Dear Sir or Madam,",
-    "The moon is",
-    "Q: What is 7 times 8?\nA:",
-    "The history of the printing press",
-    "Water boils at",
-    "The best way to learn a language is",
-    "In the middle of the forest",
-    "Photosynthesis is the process",
-    "The first computer",
-    "Rain falls when",
-    "My grandmother always said",
-]
 
 # Where a client may vanish, from before its first byte to deep into its stream.
 MOMENTS = [
