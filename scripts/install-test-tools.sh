@@ -25,3 +25,17 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq chromium >/dev/null
 fi
+
+# deploy/ manifests: the official Kubernetes schemas, bundled (works offline), plus jsonschema
+# and PyYAML for the custom resources' schemas in deploy/schemas/.
+if ! .venv/bin/python -c "import kubernetes_validate, jsonschema, yaml" 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check "kubernetes-validate==1.37.0"
+fi
+
+# scripts/replicas.sh puts braid replicas behind nginx.
+if ! command -v nginx >/dev/null 2>&1; then
+  echo "install-test-tools: installing Debian's nginx ..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq nginx >/dev/null
+fi

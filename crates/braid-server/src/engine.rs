@@ -77,8 +77,19 @@ pub fn spawn_engine(
         );
     }
     if !cfg.block_size.is_multiple_of(16) {
-        anyhow::bail!("--block-size {} must be a multiple of 16 (attention scores 16 cached keys at a time)", cfg.block_size);
+        anyhow::bail!(
+            "--block-size {} must be a multiple of 16 (attention scores 16 cached keys at a time)",
+            cfg.block_size
+        );
     }
+    metrics
+        .cache_config_info
+        .with_label_values(&[
+            cfg.block_size.to_string().as_str(),
+            num_blocks.to_string().as_str(),
+            if cfg.prefix_caching { "True" } else { "False" },
+        ])
+        .set(1);
     let shared = Arc::new(EngineShared::default());
     shared.alive.store(true, Ordering::Release);
     let (tx, rx) = mpsc::channel();

@@ -2,8 +2,8 @@
 //! Kubernetes inference gateway's endpoint picker and existing vLLM dashboards read braid as is.
 
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -24,6 +24,9 @@ pub struct Metrics {
     pub num_preemptions_total: IntCounter,
     pub prefix_cache_queries_total: IntCounter,
     pub prefix_cache_hits_total: IntCounter,
+    /// Always 1, with the KV cache's shape as labels (vLLM's cache_config_info, which the
+    /// inference gateway's endpoint picker reads for the block size).
+    pub cache_config_info: IntGaugeVec,
     pub request_success_total: IntCounterVec,
     pub request_errors_total: IntCounterVec,
 }
@@ -87,6 +90,19 @@ impl Metrics {
         .expect("counter");
         registry
             .register(Box::new(errors.clone()))
+            .expect("register");
+        let cache_config = IntGaugeVec::new(
+            Opts::new(
+                "braid_cache_config_info",
+                "KV cache configuration as labels (value always 1): tokens per block, blocks \
+                 in the pool (num_gpu_blocks, under vLLM's label name, though they are in RAM), \
+                 whether prefix caching is on.",
+            ),
+            &["block_size", "num_gpu_blocks", "enable_prefix_caching"],
+        )
+        .expect("gauge");
+        registry
+            .register(Box::new(cache_config.clone()))
             .expect("register");
         Self {
             num_requests_running: gauge(
@@ -157,6 +173,7 @@ impl Metrics {
                 "Tokens found in the prefix cache, whose K/V were reused instead of computed \
                  (vLLM's prefix_cache_hits).",
             ),
+            cache_config_info: cache_config,
             request_success_total: success,
             request_errors_total: errors,
             registry,

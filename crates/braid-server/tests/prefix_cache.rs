@@ -95,10 +95,13 @@ async fn a_cached_prefix_gives_the_uncached_greedy_output() {
     assert_eq!(generate(&cached.handle, ask(1), 20).await, want1);
     assert_eq!(cached.metrics.prefix_cache_hits_total.get(), 288 + 304);
     assert_eq!(cached.metrics.prefix_cache_queries_total.get(), 3 * 309);
-    assert!(cached
-        .metrics
-        .render()
-        .contains("braid_prefix_cache_hits_total 592"));
+    let text = cached.metrics.render();
+    assert!(text.contains("braid_prefix_cache_hits_total 592"), "{text}");
+    // The tiny model's 512 B a token: 4 MiB hold 8192 tokens, 512 blocks.
+    assert!(
+        text.contains(r#"braid_cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="512"} 1"#),
+        "{text}"
+    );
 }
 
 /// Eight requests at once over one system prompt on a pool that holds about three of them:
