@@ -25,7 +25,8 @@ CUSTOM = {
     ("keda.sh/v1alpha1", "ScaledObject"): "scaledobject-v1alpha1.json",
 }
 # Resident memory of `braid serve` with the default model beside its KV cache, measured (MiB):
-# 206 idle, 1,238 with --kv-cache-mb 1024 after every block was written (docs/DEPLOY.md).
+# 1,217 idle (the pool is resident from the start), 1,238 at most under load, with
+# --kv-cache-mb 1024 (docs/DEPLOY.md).
 BASE_RSS_MIB = 1238 - 1024
 
 
