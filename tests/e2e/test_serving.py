@@ -172,19 +172,29 @@ def test_curl_streams_sse(server):
 
 def test_sigterm_drains_running_requests_then_exits_zero(make_server):
     s = make_server("--drain-timeout-secs", "60")
-    result = {}
+    result = {"text": "", "finish": None}
+    streaming = threading.Event()
 
     def long_request():
-        result["text"], result["finish"] = stream_text(s.url, prompt="The moon is", max_tokens=1000, ignore_eos=True)
+        body = {"prompt": "The moon is", "max_tokens": 1000, "ignore_eos": True, "stream": True}
+        with requests.post(s.url + "/v1/completions", json=body, stream=True, timeout=300) as r:
+            for line in r.iter_lines():
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                for choice in json.loads(line[6:]).get("choices", []):
+                    result["text"] += choice.get("text") or ""
+                    result["finish"] = choice.get("finish_reason") or result["finish"]
+                streaming.set()
 
     t = threading.Thread(target=long_request)
     t.start()
-    time.sleep(1.0)
+    # Signal only once the request is surely running, however slow the machine is.
+    assert streaming.wait(60), "the request never started streaming"
     s.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     r = requests.get(s.url + "/health", timeout=5)
     assert r.status_code == 503
     assert_error(requests.post(s.url + "/v1/completions", json={"prompt": "hi"}, timeout=5), 503)
-    t.join(120)
-    assert result.get("finish") == "length", result
+    t.join(300)
+    assert result["finish"] == "length", result
     assert s.proc.wait(60) == 0
