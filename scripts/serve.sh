@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh
 cargo build --release --quiet --bin braid
-exec target/release/braid serve "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/braid" serve "$@"
