@@ -466,6 +466,8 @@ impl Engine {
     fn finish(&mut self, id: u64, reason: FinishReason) {
         let cached_tokens = self.sched.sequence(id).map_or(0, |s| s.cached_tokens);
         self.sched.finish(id);
+        // Before the client hears "done", so a client that then reads the gauges sees it gone.
+        self.publish();
         let Some(a) = self.active.remove(&id) else {
             return;
         };
@@ -508,17 +510,18 @@ impl Engine {
             requests = self.active.len(),
             "{message}; failing every request in flight and starting afresh"
         );
+        self.sched =
+            Scheduler::with_cost_model(self.sched_cfg.clone(), self.sched.cost_model().clone());
+        self.preemptions_seen = 0;
+        self.prefix_seen = PrefixCacheStats::default();
+        self.ws = Workspace::default();
+        self.publish();
         for (_, a) in self.active.drain() {
             if a.waiting {
                 self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             }
             let _ = a.events.send(EngineEvent::Failed(message.to_string()));
         }
-        self.sched =
-            Scheduler::with_cost_model(self.sched_cfg.clone(), self.sched.cost_model().clone());
-        self.preemptions_seen = 0;
-        self.prefix_seen = PrefixCacheStats::default();
-        self.ws = Workspace::default();
     }
 
     fn publish(&self) {
