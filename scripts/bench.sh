@@ -41,13 +41,15 @@ start_braid() {
 # The same three scenarios for any server.
 suite() {
   local label=$1 dir=$2
-  mkdir -p "$dir"
-  local common=(--url "http://127.0.0.1:$PORT" --label "$label" --out "$dir" --seed 7)
-  "$BRAID" bench scaling "${common[@]}" --concurrency 1,2,4,8,16,32 --prompt-tokens 24 --max-tokens 64 | tee "$dir/scaling.txt"
-  "$BRAID" bench interference "${common[@]}" --decoders 4 --decode-tokens 400 --long-prompt-tokens 1200 \
+  mkdir -p "$dir/overload"
+  local common=(--url "http://127.0.0.1:$PORT" --label "$label" --seed 7)
+  "$BRAID" bench scaling "${common[@]}" --out "$dir" --concurrency 1,2,4,8,16,32 --prompt-tokens 24 --max-tokens 64 | tee "$dir/scaling.txt"
+  "$BRAID" bench interference "${common[@]}" --out "$dir" --decoders 4 --decode-tokens 400 --long-prompt-tokens 1200 \
     --long-prompts 3 --interval-secs 3 | tee "$dir/interference.txt"
-  "$BRAID" bench poisson "${common[@]}" --rate 3 --duration-secs 30 --prompt-mix 32:0.5,256:0.3,1024:0.2 \
-    --max-tokens 64 --slo-ttft-ms 2000 --slo-itl-p99-ms 150 | tee "$dir/poisson.txt"
+  # 1.5 requests/s is about half of what braid reads and writes on 2 cores; 3/s is more than it can.
+  local mix=(--prompt-mix 32:0.5,256:0.3,1024:0.2 --max-tokens 64 --slo-ttft-ms 2000 --slo-itl-p99-ms 150)
+  "$BRAID" bench poisson "${common[@]}" --out "$dir" --rate 1.5 --duration-secs 40 "${mix[@]}" | tee "$dir/poisson.txt"
+  "$BRAID" bench poisson "${common[@]}" --out "$dir/overload" --rate 3 --duration-secs 30 "${mix[@]}" | tee "$dir/poisson-overload.txt"
 }
 
 echo "== engine alone" >&2
@@ -76,8 +78,16 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
   wait_ready
   suite llama.cpp "$OUT/llama.cpp"
   cleanup
-  for s in scaling interference poisson; do
-    "$BRAID" bench compare "$OUT/braid/$s.json" "$OUT/llama.cpp/$s.json" >"$OUT/compare-$s.txt"
+  echo "== llama.cpp -b 128 -ub 128 (the usual advice against stalls)" >&2
+  "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -np 16 -c 32768 --no-cache-prompt -b 128 -ub 128 --host 127.0.0.1 --port "$PORT" >"$OUT/llama-server-b128.log" 2>&1 &
+  pids+=($!)
+  wait_ready
+  mkdir -p "$OUT/llama.cpp-b128"
+  "$BRAID" bench interference --url "http://127.0.0.1:$PORT" --label "llama.cpp -b 128 -ub 128" --out "$OUT/llama.cpp-b128" \
+    --seed 7 --decoders 4 --decode-tokens 400 --long-prompt-tokens 1200 --long-prompts 3 --interval-secs 3 | tee "$OUT/llama.cpp-b128/interference.txt"
+  cleanup
+  for s in scaling interference poisson overload/poisson; do
+    "$BRAID" bench compare "$OUT/braid/$s.json" "$OUT/llama.cpp/$s.json" >"$OUT/compare-${s//\//-}.txt"
   done
 fi
 

@@ -55,6 +55,8 @@ def main(out: Path):
     braid = {s: load(out / "braid" / f"{s}.json") for s in ("scaling", "interference", "poisson")}
     llama = {s: load(out / "llama.cpp" / f"{s}.json") for s in ("scaling", "interference", "poisson")}
     nochunk = load(out / "braid-no-chunking" / "interference.json")
+    llama_b128 = load(out / "llama.cpp-b128" / "interference.json")
+    overload = {"braid": load(out / "braid" / "overload" / "poisson.json"), "llama.cpp": load(out / "llama.cpp" / "overload" / "poisson.json")}
     rss = (out / "braid-rss-bytes.txt").read_text().strip() if (out / "braid-rss-bytes.txt").exists() else None
     p = print
     p("# braid performance\n")
@@ -63,9 +65,13 @@ def main(out: Path):
     p("the machine is shared and noisy, so compare ratios measured side by side and read medians and percentiles.")
     load_file = out / "load.txt"
     if load_file.exists():
-        p("Load average (1, 5, 15 min) at the start and end of the run, from `/proc/loadavg`: " + "; ".join(load_file.read_text().split("\n")).strip("; ") + ".")
+        p("Load average (1, 5, 15 min) at the start and end of the run, from `/proc/loadavg`: " + "; ".join(" ".join(line.split()[:4]) for line in load_file.read_text().splitlines()) + ".")
         p("On 2 cores, a load above 2 means braid and llama.cpp had only part of the machine: the absolute figures are then low for both.")
     p("")
+    targets(p, engine, braid, llama, nochunk)
+    notes = out / "notes.md"
+    if notes.exists():
+        p(notes.read_text().strip() + "\n")
 
     if engine:
         p("## The engine alone (`braid bench-engine`)\n")
@@ -143,7 +149,7 @@ def main(out: Path):
         p("4 streams decode 400 tokens each while three 1,200-token prompts arrive 3 s apart (random token ids, so no cache helps).\n")
         p("| server | decoders' worst gap | gaps > 250 ms | decoders' ITL p50 | ITL p99 | long prompts' TTFT p50 | TTFT max |")
         p("|---|---|---|---|---|---|---|")
-        runs = [("braid (braided, `--itl-target-ms 100`)", it), ("braid `--no-chunked-prefill`", nochunk), ("llama.cpp (same run)", llama["interference"])]
+        runs = [("braid (braided, `--itl-target-ms 100`)", it), ("braid `--no-chunked-prefill`", nochunk), ("llama.cpp default `-b 2048` (same run)", llama["interference"]), ("llama.cpp `-b 128 -ub 128` (same run)", llama_b128)]
         for name, r in runs:
             if not r:
                 continue
@@ -154,20 +160,62 @@ def main(out: Path):
         p("")
         p(f"Charts: [braided]({out.relative_to('docs')}/braid/interference.svg), [whole prompts]({out.relative_to('docs')}/braid-no-chunking/interference.svg).\n")
 
-    po = braid["poisson"]
-    if po:
-        p("## Poisson arrivals (`braid bench poisson`)\n")
-        a = po["overall"]
-        params = po.get("params", {})
-        p(f"{params.get('rate', '?')} requests/s for {params.get('duration_secs', '?')} s, prompt lengths 32/256/1024 (50/30/20 %), 64 output tokens; SLO TTFT ≤ 2 s and ITL p99 ≤ 150 ms.\n")
+    for title, reports in (("within capacity", {"braid": braid["poisson"], "llama.cpp": llama["poisson"]}), ("overload", overload)):
+        if not reports["braid"]:
+            continue
+        params = reports["braid"].get("params", {})
+        p(f"## Poisson arrivals, {title} (`braid bench poisson`)\n")
+        p(f"{params.get('rate', '?')} requests/s for {params.get('duration_secs', '?')} s, prompt lengths 32/256/1024 (50/30/20 %), 64 output tokens; goodput counts requests with TTFT ≤ 2 s and ITL p99 ≤ 150 ms.\n")
         p("| server | goodput req/s | requests ok | tok/s | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | stalls |")
         p("|---|---|---|---|---|---|---|---|---|")
-        for name, r in (("braid", po), ("llama.cpp", llama["poisson"])):
+        for name, r in reports.items():
             if r:
                 a = r["overall"]
                 p(f"| {name} | {f(a['goodput_req_s'], 2)} | {a['succeeded']}/{a['requests']} | {f(a['throughput_tok_s'])} | {f(a['ttft_ms']['p50'], 0)} ms | {f(a['ttft_ms']['p99'], 0)} ms | {f(a['itl_ms']['p50'])} ms | {f(a['itl_ms']['p99'])} ms | {a['stalls']} |")
         p("")
 
+
+def targets(p, engine, braid, llama, nochunk):
+    """The issues' targets, each against this run's figure."""
+    rows = []
+
+    def row(what, measured, goal, met):
+        rows.append(f"| {what} | {measured} | {goal} | {'yes' if met else '**no**'} |")
+
+    if engine:
+        pre = engine["prefill_tokens_per_sec"]
+        row("prefill, one 512-token prompt (`braid bench-engine`)", f"{f(pre)} tok/s", "≥ 500 tok/s", pre >= 500)
+    sc, lsc = braid["scaling"], llama["scaling"]
+    if sc:
+        for c, goal in TARGETS.items():
+            a = group(sc, f"c={c}")
+            if not a:
+                continue
+            la = group(lsc, f"c={c}") if lsc else None
+            ref, where = (la["throughput_tok_s"], "same run") if la else (LLAMA_REF[c][0], "issue's figure")
+            ratio = a["throughput_tok_s"] / ref
+            row(f"serving, {c} stream{'s' if c > 1 else ''}: braid / llama.cpp ({where}, {f(ref)} tok/s)", f"{f(a['throughput_tok_s'])} tok/s = {ratio:.2f}×", f"≥ {goal}×", ratio >= goal)
+            if c == 16:
+                row("serving, 16 streams", f"{f(a['throughput_tok_s'])} tok/s", "≥ 400 tok/s", a["throughput_tok_s"] >= 400)
+            if c == 32:
+                ttft = a["ttft_ms"]["p50"]
+                row("serving, 32 streams: TTFT p50 (`--max-num-seqs 32`)", f"{f(ttft, 0)} ms", "≤ 1,000 ms", ttft <= 1000)
+    it = braid["interference"]
+    if it:
+        d, l = group(it, "decoder"), group(it, "long")
+        row("interference: decoders' worst gap", f"{f(d['worst_gap_ms'], 0)} ms", "≤ 250 ms", d["worst_gap_ms"] <= 250)
+        row("interference: decoders' ITL p99", f"{f(d['itl_ms']['p99'])} ms", "≤ 150 ms", d["itl_ms"]["p99"] <= 150)
+        row("interference: long prompts' TTFT p50", f"{f(l['ttft_ms']['p50'] / 1e3, 2)} s", "≤ 4.3 s (llama.cpp default)", l["ttft_ms"]["p50"] <= 4300)
+    if nochunk:
+        d = group(nochunk, "decoder")
+        row("interference with `--no-chunked-prefill`: the stalls show", f"worst gap {f(d['worst_gap_ms'], 0)} ms, {d['stalls']} gaps > 250 ms", "stalls", d["stalls"] > 0)
+    if rows:
+        p("## Targets (issues \"Measure and win\" and \"Never stall\"), this run\n")
+        p("| target | measured | goal | met |")
+        p("|---|---|---|---|")
+        for r in rows:
+            p(r)
+        p("")
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))

@@ -7,6 +7,11 @@
 //! as a record with an outcome rather than an error, because failures are data in a
 //! load test.
 //!
+//! Every request opens its own connection. A pooled keep-alive connection can be closed by
+//! the server just as the client reuses it (llama.cpp's server does so after a stream),
+//! which would count as a failure of the server; a fresh loopback connection costs well
+//! under a millisecond of TTFT, the same for every server.
+//!
 //! A chunk counts as a token when it has a choice whose text is non-empty, or whose
 //! `finish_reason` is not yet set (a token that decoded to no printable text yet). An
 //! empty choice that only carries a `finish_reason`, and a usage-only chunk, are not
@@ -72,6 +77,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             .tcp_nodelay(true)
+            .pool_max_idle_per_host(0)
             .build()?;
         Ok(Client {
             http,
