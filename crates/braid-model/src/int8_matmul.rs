@@ -266,11 +266,11 @@ mod vnni {
                 };
                 let mut row = panel;
                 while row + MR <= end {
-                    rows_tile::<MR>(x, tile_row, row, kbs, out, n, t, mask);
+                    rows_tile::<MR, 2>(x, tile_row, row, kbs, out, n, t, mask);
                     row += MR;
                 }
                 while row < end {
-                    rows_tile::<1>(x, tile_row, row, kbs, out, n, t, mask);
+                    rows_tile::<1, 4>(x, tile_row, row, kbs, out, n, t, mask);
                     row += 1;
                 }
             }
@@ -279,7 +279,7 @@ mod vnni {
 
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_tile<const R: usize>(
+    unsafe fn rows_tile<const R: usize, const A: usize>(
         x: &QuantizedRows,
         tile_row: &[super::Tile],
         row0: usize,
@@ -294,19 +294,27 @@ mod vnni {
         for (kb, tile) in tile_row.iter().enumerate() {
             let wscale =
                 _mm512_cvtph_ps(_mm256_loadu_si256(tile.scales.as_ptr() as *const __m256i));
-            let mut iacc = [_mm512_setzero_si512(); R];
-            for g in 0..BLOCK / 4 {
-                let wv = _mm512_load_si512(tile.qs[g].as_ptr() as *const __m512i);
-                for (r, acc) in iacc.iter_mut().enumerate() {
-                    let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + g * 4) as *const i32;
-                    let av = _mm512_set1_epi32(a.read_unaligned());
-                    *acc = _mm512_dpbusd_epi32(*acc, wv, av);
+            // A independent integer accumulators per row shorten the chain of dependent
+            // `vpdpbusd`s (one row alone would otherwise wait on each); integer sums are exact,
+            // so how the groups are split does not change the result.
+            let mut iacc = [[_mm512_setzero_si512(); R]; A];
+            for g in (0..BLOCK / 4).step_by(A) {
+                for (j, accs) in iacc.iter_mut().enumerate() {
+                    let wv = _mm512_load_si512(tile.qs[g + j].as_ptr() as *const __m512i);
+                    for (r, acc) in accs.iter_mut().enumerate() {
+                        let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
+                        *acc = _mm512_dpbusd_epi32(*acc, wv, _mm512_set1_epi32(a.read_unaligned()));
+                    }
                 }
             }
-            for (r, (acc, total)) in iacc.iter().zip(facc.iter_mut()).enumerate() {
+            for (r, total) in facc.iter_mut().enumerate() {
                 let b = (row0 + r) * kbs + kb;
                 let corr = _mm512_set1_epi32(*x.corrections.get_unchecked(b));
-                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(*acc, corr));
+                let mut acc = iacc[0][r];
+                for accs in &iacc[1..] {
+                    acc = _mm512_add_epi32(acc, accs[r]);
+                }
+                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
                 let s = _mm512_mul_ps(wscale, _mm512_set1_ps(*x.scales.get_unchecked(b)));
                 *total = _mm512_fmadd_ps(f, s, *total);
             }
