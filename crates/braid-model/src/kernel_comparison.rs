@@ -1,6 +1,8 @@
 //! Why braid has its own matmul kernel, measured: the linear layers of one forward (the seven
-//! weights of a layer, times the number of layers) at several row counts, through each path
-//! candle offers and through braid's int8 kernel, in one run on the same machine.
+//! weights of every layer) at several row counts, through each path candle offers and through
+//! braid's int8 kernel, in one run on the same machine. Every layer's own weights are used, not
+//! one layer's repeated: a single decode row is bound by reading the weights from memory, and
+//! one layer's weights would stay in cache and flatter every path.
 
 use crate::error::{candle_message, ModelError, Result};
 use crate::int8_matmul::{matmul, PackedWeight, QuantizedRows};
@@ -48,9 +50,9 @@ pub fn run(path: &Path, layers: usize, row_counts: &[usize]) -> Result<Vec<Kerne
     let mut q8 = Vec::new();
     let mut f32s = Vec::new();
     let mut packed = Vec::new();
-    for name in NAMES {
+    for name in (0..layers).flat_map(|l| NAMES.map(|n| format!("blk.{l}.{n}.weight"))) {
         let qt = ct
-            .tensor(&mut file, &format!("blk.0.{name}.weight"), &dev)
+            .tensor(&mut file, &name, &dev)
             .map_err(|e| err(path, e))?;
         let dense = qt.dequantize(&dev).map_err(|e| err(path, e))?;
         let (n, k) = dense.dims2().map_err(|e| err(path, e))?;
@@ -79,29 +81,34 @@ pub fn run(path: &Path, layers: usize, row_counts: &[usize]) -> Result<Vec<Kerne
     };
     let mut out = Vec::new();
     for &m in row_counts {
-        let inputs: Vec<Tensor> = packed
-            .iter()
-            .map(|w| Tensor::rand(-1f32, 1f32, (m, w.k()), &dev))
-            .collect::<candle_core::Result<_>>()
-            .map_err(|e| err(path, e))?;
-        let per_sec = |secs: f64| m as f64 / (secs * layers as f64);
+        // One input per width: the weights have only two (hidden and feed-forward).
+        let mut inputs = std::collections::BTreeMap::new();
+        for w in &packed {
+            if let std::collections::btree_map::Entry::Vacant(e) = inputs.entry(w.k()) {
+                let x = Tensor::rand(-1f32, 1f32, (m, w.k()), &dev).map_err(|e| err(path, e))?;
+                let flat: Vec<f32> = x
+                    .flatten_all()
+                    .and_then(|t| t.to_vec1())
+                    .map_err(|e| err(path, e))?;
+                e.insert((x, flat));
+            }
+        }
+        let per_sec = |secs: f64| m as f64 / secs;
+        // On a compute thread, as the engine runs its forward.
+        let on_pool = |f: &mut (dyn FnMut() + Send)| rayon::join(|| time(f), || ()).0;
         let candle = |mms: &[QMatMul]| {
-            time(&mut || {
-                for (mm, x) in mms.iter().zip(&inputs) {
-                    mm.forward(x).expect("candle matmul");
+            on_pool(&mut || {
+                for (mm, w) in mms.iter().zip(&packed) {
+                    mm.forward(&inputs[&w.k()].0).expect("candle matmul");
                 }
             })
         };
         let (a, b, c) = (candle(&shipped), candle(&q8), candle(&f32s));
-        let xs: Vec<Vec<f32>> = inputs
-            .iter()
-            .map(|x| x.flatten_all().and_then(|t| t.to_vec1()).expect("input"))
-            .collect();
         let mut q = QuantizedRows::default();
         let mut y = Vec::new();
-        let d = time(&mut || {
-            for (w, x) in packed.iter().zip(&xs) {
-                q.quantize(x, m, w.k());
+        let d = on_pool(&mut || {
+            for w in &packed {
+                q.quantize(&inputs[&w.k()].1, m, w.k());
                 y.resize(m * w.n(), 0.0);
                 matmul(&q, w, &mut y);
             }
