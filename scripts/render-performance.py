@@ -106,8 +106,8 @@ def main(out: Path):
             for c, e in rows:
                 d = {n: (r, s) for n, r, s in e["decode"]}
                 p(f"| {c} | {f(d.get(1, (None,))[0])} | {f(d.get(16, (None,))[0])} | {f(d.get(16, (None, None))[1], 1)} ms |")
-            p("\nKV memory per running sequence: 46 KB per token in f32 (30 layers × 3 KV heads × 64 dims × K and V),")
-            p("so 5.9 MB at 128 tokens, 47 MB at 1,024 and 189 MB at 4,096; the default `--kv-cache-mb 1024` holds ~22,800 tokens.")
+            p("\nKV memory per running sequence: 23 KB per token in half floats (30 layers × 3 KV heads × 64 dims × K and V),")
+            p("so 2.9 MB at 128 tokens, 24 MB at 1,024 and 94 MB at 4,096; the default `--kv-cache-mb 1024` holds 46,592 tokens.")
             if rss:
                 p(f"Resident memory of `braid serve` after the suite: {int(rss) / 1e6:.0f} MB (weights, the preallocated KV pool, buffers).")
             p("")

@@ -127,8 +127,8 @@ def test_clients_that_leave_mid_stream_or_before_the_answer_free_everything(serv
 
 
 def test_a_kv_pool_too_small_preempts_and_loses_nothing(make_server):
-    # ~46 KB of KV per token: 40 MB hold ~880 tokens, far less than 16 × 210.
-    s = make_server("--kv-cache-mb", "40")
+    # 23 KB of KV per token: 20 MB hold ~900 tokens, far less than 16 × 210.
+    s = make_server("--kv-cache-mb", "20")
     body = lambda p: {"prompt": p, "max_tokens": 200, "temperature": 0, "ignore_eos": True}
     alone = [complete(s.url, **body(p))["choices"][0]["text"] for p in PROMPTS[:4]]
     with cf.ThreadPoolExecutor(16) as pool:

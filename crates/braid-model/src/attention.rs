@@ -2,13 +2,13 @@
 //! values. Sequences in a step never see each other: each reads only the blocks of its own
 //! block table, which is what lets one forward carry many unrelated requests.
 //!
-//! Keys and values dominate the cost as contexts grow (46 KB per cached token for the default
-//! model), so a unit of work reads each KV block once per pass and applies it to every query
+//! Keys and values dominate the cost as contexts grow (23 KB of half floats per cached token
+//! for the default model), so a unit of work reads each KV block once per pass and applies it to every query
 //! row of a tile and every query head that shares the KV head (grouped-query attention). A
 //! row's result depends only on its position and its own cache, never on which other rows
 //! share the tile: chunked prefill and batching stay bit-identical.
 
-use crate::kv_pool::KvPool;
+use crate::kv_pool::{widen16, KvPool};
 
 /// Query rows of one sequence that one task handles together.
 pub const ROW_TILE: usize = 64;
@@ -104,12 +104,16 @@ const LANES: usize = 16;
 /// (`keys[dim * block_size + slot]`). Each score is the sum, in lane order, of 16 partial sums
 /// that each accumulate every 16th dimension; a block needs `head_dim` to be a multiple of 16.
 #[inline]
-fn scores16(q: &[f32], keys: &[f32], bs: usize, first: usize) -> [f32; LANES] {
+fn scores16(q: &[f32], keys: &[u16], bs: usize, first: usize) -> [f32; LANES] {
     let mut partial = [[0f32; LANES]; LANES];
     for (c, qc) in q.chunks_exact(LANES).enumerate() {
         for (lane, (&qv, acc)) in qc.iter().zip(partial.iter_mut()).enumerate() {
-            let krow = &keys[(c * LANES + lane) * bs + first..][..LANES];
-            for (a, &k) in acc.iter_mut().zip(krow) {
+            let krow = widen16(
+                keys[(c * LANES + lane) * bs + first..][..LANES]
+                    .try_into()
+                    .expect("16 keys"),
+            );
+            for (a, k) in acc.iter_mut().zip(krow) {
                 *a = qv.mul_add(k, *a);
             }
         }
@@ -166,32 +170,25 @@ fn exp_approx(x: f32) -> f32 {
     e * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
-/// `out += Σ_j weights[j] · values[j]` (rows of `out.len()` floats), in order of `j` for
-/// every element. The running sum is kept in a local array of 64 lanes so that it stays in
-/// registers across a block instead of going through memory once per key.
+/// `out += Σ_j weights[j] · values[j]` (rows of `out.len()` floats, a multiple of 16), in order
+/// of `j` for every element. Each 16 lanes of the sum stay in one register across the block's
+/// keys instead of going through memory once per key.
 #[inline]
-fn weighted_sum_into(out: &mut [f32], weights: &[f32], values: &[f32]) {
-    const W: usize = 64;
+fn weighted_sum_into(out: &mut [f32], weights: &[f32], values: &[u16]) {
     let d = out.len();
-    for c0 in (0..d).step_by(W) {
-        let w = W.min(d - c0);
-        let mut acc = [0f32; W];
-        acc[..w].copy_from_slice(&out[c0..c0 + w]);
-        if w == W {
-            for (j, &wt) in weights.iter().enumerate() {
-                let v: &[f32; W] = values[j * d + c0..][..W].try_into().expect("64 lanes");
-                for (a, &x) in acc.iter_mut().zip(v) {
-                    *a = wt.mul_add(x, *a);
-                }
-            }
-        } else {
-            for (j, &wt) in weights.iter().enumerate() {
-                for (a, &x) in acc[..w].iter_mut().zip(&values[j * d + c0..][..w]) {
-                    *a = wt.mul_add(x, *a);
-                }
+    for (c, lanes) in out.chunks_exact_mut(LANES).enumerate() {
+        let mut acc: [f32; LANES] = lanes.try_into().expect("16 lanes");
+        for (j, &wt) in weights.iter().enumerate() {
+            let v = widen16(
+                values[j * d + c * LANES..][..LANES]
+                    .try_into()
+                    .expect("16 lanes"),
+            );
+            for (a, x) in acc.iter_mut().zip(v) {
+                *a = wt.mul_add(x, *a);
             }
         }
-        out[c0..c0 + w].copy_from_slice(&acc[..w]);
+        lanes.copy_from_slice(&acc);
     }
 }
 
@@ -265,9 +262,13 @@ mod tests {
         for pos in 0..ctx {
             let (k, v) = (rand_vec(2 * d), rand_vec(2 * d));
             pool.write(0, &table, pos, &k, &v);
+            // The pool keeps half floats: the reference reads the same rounded values.
+            let cached = |x: &[f32]| -> Vec<f32> {
+                x.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+            };
             for h in 0..2 {
-                keys[h].push(k[h * d..(h + 1) * d].to_vec());
-                values[h].push(v[h * d..(h + 1) * d].to_vec());
+                keys[h].push(cached(&k[h * d..(h + 1) * d]));
+                values[h].push(cached(&v[h * d..(h + 1) * d]));
             }
         }
         let queries = rand_vec(ctx * 4 * d);

@@ -101,7 +101,7 @@ impl ModelConfig {
         })
     }
 
-    /// Floats of K and V one token occupies in the cache, all layers together.
+    /// Elements of K and V one token occupies in the cache, all layers together.
     pub fn kv_floats_per_token(&self) -> usize {
         2 * self.num_layers * self.num_kv_heads * self.head_dim
     }

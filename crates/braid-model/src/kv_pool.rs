@@ -11,28 +11,68 @@
 //! Layout `[layer][block][kv_head]`, then keys transposed (`[head_dim][slot]`) and values as
 //! rows (`[slot][head_dim]`): attention scores 16 keys at a time with one vector per
 //! dimension, and sums values one row at a time, without horizontal reductions.
+//!
+//! Keys and values are stored as IEEE half floats (as llama.cpp and vLLM do by default): at long
+//! contexts attention is bound by reading them, and half the bytes also means twice the
+//! tokens in the same `--kv-cache-mb`. Attention widens them to f32 as it reads
+//! ([`f16_to_f32`]); all arithmetic stays in f32.
 
 use crate::config::ModelConfig;
+use half::f16;
+
+/// Bytes one cached key or value element takes.
+pub const BYTES_PER_ELEMENT: usize = std::mem::size_of::<u16>();
 
 pub struct KvPool {
     block_size: usize,
     num_blocks: usize,
     kv_heads: usize,
     head_dim: usize,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: Vec<u16>,
+    v: Vec<u16>,
 }
 
 /// `len` zeros, with every page written once so that the memory is resident now.
-fn touched(len: usize) -> Vec<f32> {
-    let mut v = vec![0.0f32; len];
-    const FLOATS_PER_PAGE: usize = 4096 / std::mem::size_of::<f32>();
-    for i in (0..len).step_by(FLOATS_PER_PAGE) {
-        // Volatile: a plain store of 0.0 to zeroed memory may be optimized away.
+fn touched(len: usize) -> Vec<u16> {
+    let mut v = vec![0u16; len];
+    const ELEMENTS_PER_PAGE: usize = 4096 / BYTES_PER_ELEMENT;
+    for i in (0..len).step_by(ELEMENTS_PER_PAGE) {
+        // Volatile: a plain store of 0 to zeroed memory may be optimized away.
         // SAFETY: i < len, inside the allocation.
-        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0.0) };
+        unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
     }
     v
+}
+
+/// Sixteen cached half floats as f32: one `vcvtph2ps` where the build targets AVX-512 (the
+/// default build targets the host CPU), [`f16_to_f32`] lane by lane elsewhere. The same values
+/// either way: the conversion is exact.
+#[inline(always)]
+pub fn widen16(bits: &[u16; 16]) -> [f32; 16] {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
+    {
+        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps};
+        // SAFETY: the build enables AVX-512F, the load reads exactly the 32 bytes of `bits`,
+        // and a 512-bit vector of f32 has the layout of [f32; 16].
+        unsafe {
+            std::mem::transmute(_mm512_cvtph_ps(_mm256_loadu_si256(
+                bits.as_ptr() as *const __m256i
+            )))
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+    bits.map(f16_to_f32)
+}
+
+/// The f32 value of half-float bits, exactly, for every finite half (the cache holds no
+/// infinities or NaNs). Branch-free integer and multiply steps, so loops over it vectorize:
+/// the exponent and mantissa are moved into place and rebiased by multiplying by 2^112,
+/// which also turns half subnormals into the right f32.
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let h = bits as u32;
+    let magnitude = f32::from_bits((h & 0x7fff) << 13) * f32::from_bits(0x7780_0000);
+    f32::from_bits(magnitude.to_bits() | ((h & 0x8000) << 16))
 }
 
 impl KvPool {
@@ -55,7 +95,7 @@ impl KvPool {
 
     /// How many blocks of `block_size` tokens fit in `megabytes` for this model.
     pub fn blocks_for_budget(cfg: &ModelConfig, block_size: usize, megabytes: usize) -> usize {
-        let bytes_per_block = cfg.kv_floats_per_token() * block_size * std::mem::size_of::<f32>();
+        let bytes_per_block = cfg.kv_floats_per_token() * block_size * BYTES_PER_ELEMENT;
         (megabytes * 1024 * 1024) / bytes_per_block
     }
 
@@ -80,17 +120,46 @@ impl KvPool {
         for h in 0..self.kv_heads {
             let base = self.offset(layer, block, h);
             for (i, &x) in k[h * d..(h + 1) * d].iter().enumerate() {
-                self.k[base + i * bs + slot] = x;
+                self.k[base + i * bs + slot] = f16::from_f32(x).to_bits();
             }
             let at = base + slot * d;
-            self.v[at..at + d].copy_from_slice(&v[h * d..(h + 1) * d]);
+            for (dst, &x) in self.v[at..at + d].iter_mut().zip(&v[h * d..(h + 1) * d]) {
+                *dst = f16::from_f32(x).to_bits();
+            }
         }
     }
 
-    /// Keys (`[head_dim][block_size]`) and values (`[block_size][head_dim]`) of one head in one block.
-    pub fn block(&self, layer: usize, block: u32, head: usize) -> (&[f32], &[f32]) {
+    /// Keys (`[head_dim][block_size]`) and values (`[block_size][head_dim]`) of one head in one
+    /// block, as half-float bits.
+    pub fn block(&self, layer: usize, block: u32, head: usize) -> (&[u16], &[u16]) {
         let at = self.offset(layer, block as usize, head);
         let len = self.block_size * self.head_dim;
         (&self.k[at..at + len], &self.v[at..at + len])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_finite_half_widens_exactly() {
+        let finite: Vec<u16> = (0..=u16::MAX)
+            .filter(|&b| f16::from_bits(b).is_finite())
+            .collect();
+        for &bits in &finite {
+            let want = f16::from_bits(bits).to_f32().to_bits();
+            assert_eq!(f16_to_f32(bits).to_bits(), want, "{bits:#06x}");
+        }
+        for chunk in finite.chunks_exact(16) {
+            let wide = widen16(chunk.try_into().unwrap());
+            for (&bits, got) in chunk.iter().zip(wide) {
+                assert_eq!(
+                    got.to_bits(),
+                    f16::from_bits(bits).to_f32().to_bits(),
+                    "{bits:#06x}"
+                );
+            }
+        }
     }
 }

@@ -275,6 +275,7 @@ fn chunked_prefill_and_seeded_sampling_are_reproducible() {
 fn kv_budget_in_megabytes_sizes_the_pool() {
     let dir = tempfile::tempdir().unwrap();
     let m = LoadedModel::load(&tiny(dir.path())).unwrap();
-    // 2 layers × 2 KV heads × 16 dims × (K+V) × 4 bytes = 512 bytes per token, 8 KiB per block.
-    assert_eq!(KvPool::blocks_for_budget(m.config(), 16, 1), 128);
+    // 2 layers × 2 KV heads × 16 dims × (K+V) × 2 bytes (half floats) = 256 bytes per token,
+    // 4 KiB per block.
+    assert_eq!(KvPool::blocks_for_budget(m.config(), 16, 1), 256);
 }

@@ -24,9 +24,9 @@ fn engine(prefix_caching: bool, kv_cache_mb: usize) -> Engine {
     let cfg = EngineConfig {
         kv_cache_mb,
         block_size: 16,
-        max_num_seqs: 8,
+        max_num_seqs: 16,
         max_batched_tokens: 128,
-        max_waiting: 16,
+        max_waiting: 32,
         chunked_prefill: true,
         itl_target: None,
         starvation_after: Duration::from_secs(2),
@@ -97,42 +97,43 @@ async fn a_cached_prefix_gives_the_uncached_greedy_output() {
     assert_eq!(cached.metrics.prefix_cache_queries_total.get(), 3 * 309);
     let text = cached.metrics.render();
     assert!(text.contains("braid_prefix_cache_hits_total 592"), "{text}");
-    // The tiny model's 512 B a token: 4 MiB hold 8192 tokens, 512 blocks.
+    // The tiny model's 256 B a token: 4 MiB hold 16,384 tokens, 1,024 blocks.
     assert!(
-        text.contains(r#"braid_cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="512"} 1"#),
+        text.contains(r#"braid_cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="1024"} 1"#),
         "{text}"
     );
 }
 
-/// Eight requests at once over one system prompt on a pool that holds about three of them:
+/// Sixteen requests at once over one system prompt on a pool too small for all of them:
 /// blocks are shared, preempted and evicted, and every answer is still the uncached one.
 #[tokio::test]
 async fn a_crowd_sharing_a_prefix_on_a_small_pool_gets_the_uncached_output() {
-    let system = tokens(3, 200);
-    let prompts: Vec<Vec<u32>> = (0..8u32)
-        .map(|q| [&system[..150 + 7 * q as usize], &tokens(q + 10, 20)[..]].concat())
+    let system = tokens(3, 210);
+    let prompts: Vec<Vec<u32>> = (0..16u32)
+        .map(|q| [&system[..100 + 7 * q as usize], &tokens(q + 10, 60)[..]].concat())
         .collect();
     let plain = engine(false, 64);
     let mut want = Vec::new();
     for p in &prompts {
-        want.push(generate(&plain.handle, p.clone(), 200).await);
+        want.push(generate(&plain.handle, p.clone(), 240).await);
     }
-    // The tiny model holds 2 layers × 2 KV heads × 16 dims × 2 (K, V) × 4 bytes = 512 bytes
-    // a token: 1 MiB is 2048 tokens, 128 blocks; 8 × ~400 tokens need ~145 even when sharing.
+    // The tiny model holds 2 layers × 2 KV heads × 16 dims × 2 (K, V) × 2 bytes = 256 bytes
+    // a token: 1 MiB is 4,096 tokens, 256 blocks; sixteen requests need ~320 even when
+    // sharing (up to 205 shared prompt tokens, then ~70 own ones and 240 generated each).
     let cached = engine(true, 1);
     let answers = futures::future::join_all(
         prompts
             .iter()
-            .map(|p| generate(&cached.handle, p.clone(), 200)),
+            .map(|p| generate(&cached.handle, p.clone(), 240)),
     )
     .await;
     assert_eq!(answers, want);
     let hits = cached.metrics.prefix_cache_hits_total.get();
     let preemptions = cached.metrics.num_preemptions_total.get();
     println!("{hits} hit tokens, {preemptions} preemptions");
-    assert!(hits >= 7 * 144, "{hits}");
+    assert!(hits >= 15 * 96, "{hits}");
     assert!(
         preemptions > 0,
-        "the pool should be too small for all eight"
+        "the pool should be too small for all sixteen"
     );
 }
