@@ -29,8 +29,11 @@ pub async fn start_with(configure: impl FnOnce(&mut ServeArgs)) -> TestServer {
     configure(&mut args);
     let server = braid_server::start(args).await.expect("start the server");
     let base = format!("http://{}", server.local_addr());
+    // No idle connections kept: a server with a short header-read timeout closes them, and a
+    // request sent on one just as it closes fails in the client, not in the server.
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(0)
         .build()
         .unwrap();
     let t = TestServer {
