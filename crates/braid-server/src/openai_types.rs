@@ -21,9 +21,9 @@ pub struct StreamOptions {
 
 /// Sampling and stopping fields shared by both endpoints (vLLM's names for the extras).
 ///
-/// Both request types declare these fields themselves and copy them here (`sampling()`):
-/// `#[serde(flatten)]` would lose the field name from type errors ("invalid type: string,
-/// expected f64" without saying which field).
+/// Both request types declare these fields themselves (`request_with_sampling!`) and copy
+/// them here (`sampling()`): `#[serde(flatten)]` would lose the field name from type errors
+/// ("invalid type: string, expected f64" without saying which field).
 #[derive(Clone, Debug, Default)]
 pub struct SamplingFields {
     pub temperature: Option<f64>,
@@ -45,49 +45,87 @@ pub struct SamplingFields {
     pub user: Option<String>,
 }
 
-/// POST /v1/completions
-#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
-pub struct CompletionRequest {
-    pub model: Option<String>,
-    /// A string, an array of token ids, or an array holding one string or one id array.
-    #[schema(schema_with = schema::prompt)]
-    pub prompt: Option<Value>,
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<i64>,
-    /// Number of alternatives to return with each token (0..=20); absent: no logprobs.
-    #[schema(minimum = 0, maximum = 20)]
-    pub logprobs: Option<i64>,
-    pub echo: Option<bool>,
-    #[schema(minimum = 1, maximum = 1)]
-    pub best_of: Option<i64>,
-    /// Not supported (no fill-in-the-middle): omit it or send null.
-    pub suffix: Option<String>,
-    #[schema(minimum = 0.0, maximum = 2.0)]
-    pub temperature: Option<f64>,
-    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
-    pub top_p: Option<f64>,
-    /// 0 or -1: off.
-    #[schema(minimum = -1)]
-    pub top_k: Option<i64>,
-    #[schema(minimum = 0.0, maximum = 1.0)]
-    pub min_p: Option<f64>,
-    pub seed: Option<i64>,
-    #[schema(schema_with = schema::stop)]
-    pub stop: Option<Value>,
-    #[schema(value_type = Option<Vec<u32>>)]
-    pub stop_token_ids: Option<Vec<i64>>,
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub presence_penalty: Option<f64>,
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub frequency_penalty: Option<f64>,
-    #[schema(exclusive_minimum = 0.0, maximum = 2.0)]
-    pub repetition_penalty: Option<f64>,
-    pub ignore_eos: Option<bool>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    #[schema(minimum = 1, maximum = 1)]
-    pub n: Option<i64>,
-    pub user: Option<String>,
+/// Declares a request type: its own fields, then the sampling and stopping fields that both
+/// endpoints share, and `sampling()`, which copies those out.
+macro_rules! request_with_sampling {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident: $ty:ty,)* }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[$fmeta])* pub $field: $ty,)*
+            #[schema(minimum = 0.0, maximum = 2.0)]
+            pub temperature: Option<f64>,
+            #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
+            pub top_p: Option<f64>,
+            /// 0 or -1: off.
+            #[schema(minimum = -1)]
+            pub top_k: Option<i64>,
+            #[schema(minimum = 0.0, maximum = 1.0)]
+            pub min_p: Option<f64>,
+            pub seed: Option<i64>,
+            #[schema(schema_with = schema::stop)]
+            pub stop: Option<Value>,
+            #[schema(value_type = Option<Vec<u32>>)]
+            pub stop_token_ids: Option<Vec<i64>>,
+            #[schema(minimum = -2.0, maximum = 2.0)]
+            pub presence_penalty: Option<f64>,
+            #[schema(minimum = -2.0, maximum = 2.0)]
+            pub frequency_penalty: Option<f64>,
+            #[schema(exclusive_minimum = 0.0, maximum = 2.0)]
+            pub repetition_penalty: Option<f64>,
+            pub ignore_eos: Option<bool>,
+            pub stream: Option<bool>,
+            pub stream_options: Option<StreamOptions>,
+            #[schema(minimum = 1, maximum = 1)]
+            pub n: Option<i64>,
+            pub user: Option<String>,
+        }
+
+        impl $name {
+            pub fn sampling(&self) -> SamplingFields {
+                SamplingFields {
+                    temperature: self.temperature,
+                    top_p: self.top_p,
+                    top_k: self.top_k,
+                    min_p: self.min_p,
+                    seed: self.seed,
+                    stop: self.stop.clone(),
+                    stop_token_ids: self.stop_token_ids.clone(),
+                    presence_penalty: self.presence_penalty,
+                    frequency_penalty: self.frequency_penalty,
+                    repetition_penalty: self.repetition_penalty,
+                    ignore_eos: self.ignore_eos,
+                    stream: self.stream,
+                    stream_options: self.stream_options.clone(),
+                    n: self.n,
+                    user: self.user.clone(),
+                }
+            }
+        }
+    };
+}
+
+request_with_sampling! {
+    /// POST /v1/completions
+    #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+    pub struct CompletionRequest {
+        pub model: Option<String>,
+        /// A string, an array of token ids, or an array holding one string or one id array.
+        #[schema(schema_with = schema::prompt)]
+        pub prompt: Option<Value>,
+        #[schema(minimum = 1)]
+        pub max_tokens: Option<i64>,
+        /// Number of alternatives to return with each token (0..=20); absent: no logprobs.
+        #[schema(minimum = 0, maximum = 20)]
+        pub logprobs: Option<i64>,
+        pub echo: Option<bool>,
+        #[schema(minimum = 1, maximum = 1)]
+        pub best_of: Option<i64>,
+        /// Not supported (no fill-in-the-middle): omit it or send null.
+        pub suffix: Option<String>,
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, ToSchema)]
@@ -99,75 +137,22 @@ pub struct ChatMessageIn {
     pub content: Value,
 }
 
-/// POST /v1/chat/completions
-#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
-pub struct ChatCompletionRequest {
-    pub model: Option<String>,
-    pub messages: Option<Vec<ChatMessageIn>>,
-    #[schema(minimum = 1)]
-    pub max_tokens: Option<i64>,
-    /// OpenAI's newer name for `max_tokens`; wins when both are given.
-    #[schema(minimum = 1)]
-    pub max_completion_tokens: Option<i64>,
-    pub logprobs: Option<bool>,
-    #[schema(minimum = 0, maximum = 20)]
-    pub top_logprobs: Option<i64>,
-    #[schema(minimum = 0.0, maximum = 2.0)]
-    pub temperature: Option<f64>,
-    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
-    pub top_p: Option<f64>,
-    /// 0 or -1: off.
-    #[schema(minimum = -1)]
-    pub top_k: Option<i64>,
-    #[schema(minimum = 0.0, maximum = 1.0)]
-    pub min_p: Option<f64>,
-    pub seed: Option<i64>,
-    #[schema(schema_with = schema::stop)]
-    pub stop: Option<Value>,
-    #[schema(value_type = Option<Vec<u32>>)]
-    pub stop_token_ids: Option<Vec<i64>>,
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub presence_penalty: Option<f64>,
-    #[schema(minimum = -2.0, maximum = 2.0)]
-    pub frequency_penalty: Option<f64>,
-    #[schema(exclusive_minimum = 0.0, maximum = 2.0)]
-    pub repetition_penalty: Option<f64>,
-    pub ignore_eos: Option<bool>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    #[schema(minimum = 1, maximum = 1)]
-    pub n: Option<i64>,
-    pub user: Option<String>,
+request_with_sampling! {
+    /// POST /v1/chat/completions
+    #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+    pub struct ChatCompletionRequest {
+        pub model: Option<String>,
+        pub messages: Option<Vec<ChatMessageIn>>,
+        #[schema(minimum = 1)]
+        pub max_tokens: Option<i64>,
+        /// OpenAI's newer name for `max_tokens`; wins when both are given.
+        #[schema(minimum = 1)]
+        pub max_completion_tokens: Option<i64>,
+        pub logprobs: Option<bool>,
+        #[schema(minimum = 0, maximum = 20)]
+        pub top_logprobs: Option<i64>,
+    }
 }
-
-/// Copies the shared fields out of a request type that declares them.
-macro_rules! impl_sampling {
-    ($t:ty) => {
-        impl $t {
-            pub fn sampling(&self) -> SamplingFields {
-                SamplingFields {
-                    temperature: self.temperature.clone(),
-                    top_p: self.top_p.clone(),
-                    top_k: self.top_k.clone(),
-                    min_p: self.min_p.clone(),
-                    seed: self.seed.clone(),
-                    stop: self.stop.clone(),
-                    stop_token_ids: self.stop_token_ids.clone(),
-                    presence_penalty: self.presence_penalty.clone(),
-                    frequency_penalty: self.frequency_penalty.clone(),
-                    repetition_penalty: self.repetition_penalty.clone(),
-                    ignore_eos: self.ignore_eos.clone(),
-                    stream: self.stream.clone(),
-                    stream_options: self.stream_options.clone(),
-                    n: self.n.clone(),
-                    user: self.user.clone(),
-                }
-            }
-        }
-    };
-}
-impl_sampling!(CompletionRequest);
-impl_sampling!(ChatCompletionRequest);
 
 // ---------------------------------------------------------------- responses
 

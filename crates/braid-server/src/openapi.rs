@@ -89,6 +89,24 @@ pub async fn openapi_json(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// The answers every POST of a JSON body can get besides its own.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum JsonPostErrors {
+    #[response(status = 400, description = "Invalid request")]
+    Invalid(ErrorBody),
+    #[response(status = 401, description = "Missing or wrong API key")]
+    Unauthorized(ErrorBody),
+    #[response(status = 404, description = "Unknown model")]
+    UnknownModel(ErrorBody),
+    #[response(status = 413, description = "Body larger than --max-body-bytes")]
+    TooLarge(ErrorBody),
+    #[response(status = 415, description = "Body is not JSON")]
+    NotJson(ErrorBody),
+    #[response(status = 503, description = "Loading or draining")]
+    Unavailable(ErrorBody),
+}
+
 #[utoipa::path(
     post,
     path = "/v1/completions",
@@ -100,13 +118,8 @@ pub async fn openapi_json(State(state): State<AppState>) -> Response {
                 (CompletionResponse = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
-        (status = 404, description = "Unknown model", body = ErrorBody),
-        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
-        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 429, description = "Queue full; retry after Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "Loading or draining", body = ErrorBody),
+        JsonPostErrors,
     ),
     security((), ("bearer" = []))
 )]
@@ -124,13 +137,8 @@ fn completions() {}
                 (ChatCompletionResponse = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
-        (status = 404, description = "Unknown model", body = ErrorBody),
-        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
-        (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 429, description = "Queue full; retry after Retry-After seconds", body = ErrorBody),
-        (status = 503, description = "Loading or draining", body = ErrorBody),
+        JsonPostErrors,
     ),
     security((), ("bearer" = []))
 )]
@@ -174,12 +182,7 @@ fn get_model() {}
     request_body = TokenizeRequest,
     responses(
         (status = 200, description = "The prompt's token ids", body = TokenizeResponse),
-        (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
-        (status = 404, description = "Unknown model", body = ErrorBody),
-        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
-        (status = 415, description = "Body is not JSON", body = ErrorBody),
-        (status = 503, description = "Loading or draining", body = ErrorBody),
+        JsonPostErrors,
     ),
     security((), ("bearer" = []))
 )]
@@ -193,12 +196,7 @@ fn tokenize() {}
     request_body = DetokenizeRequest,
     responses(
         (status = 200, description = "The tokens' text", body = DetokenizeResponse),
-        (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
-        (status = 404, description = "Unknown model", body = ErrorBody),
-        (status = 413, description = "Body larger than --max-body-bytes", body = ErrorBody),
-        (status = 415, description = "Body is not JSON", body = ErrorBody),
-        (status = 503, description = "Loading or draining", body = ErrorBody),
+        JsonPostErrors,
     ),
     security((), ("bearer" = []))
 )]
@@ -269,6 +267,27 @@ mod tests {
         assert_eq!(
             schemas["ChatCompletionRequest"]["properties"]["model"]["enum"],
             json!(["tiny", null])
+        );
+        let statuses = |path: &str| -> Vec<String> {
+            doc["paths"][path]["post"]["responses"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            statuses("/v1/completions"),
+            ["200", "400", "401", "404", "413", "415", "429", "503"]
+        );
+        assert_eq!(
+            statuses("/tokenize"),
+            ["200", "400", "401", "404", "413", "415", "503"]
+        );
+        let invalid = &doc["paths"]["/v1/chat/completions"]["post"]["responses"]["400"];
+        assert_eq!(
+            invalid["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorBody"
         );
         assert!(schemas["ErrorBody"].is_object());
         assert!(schemas["ChatCompletionResponse"].is_object());

@@ -190,11 +190,7 @@ pub fn completion(
             reason: "braid has no fill-in-the-middle; omit it or send null",
         });
     }
-    let logprobs = match req.logprobs {
-        None => None,
-        Some(n) if (0..=20).contains(&n) => Some(n as usize),
-        Some(n) => return Err(out_of_range("logprobs", ">= 0 and <= 20", n)),
-    };
+    let logprobs = alternatives("logprobs", req.logprobs)?;
     let echo = req.echo.unwrap_or(false);
     if echo && logprobs.is_some() {
         return Err(ValidationError::Unsupported {
@@ -202,9 +198,7 @@ pub fn completion(
             reason: "with `logprobs`, since braid does not compute prompt logprobs",
         });
     }
-    let params = sampling(&f, logprobs)?;
-    let stop_strings = stop_strings(&f, limits)?;
-    let stop_token_ids = stop_token_ids(&f, model, limits)?;
+    let decoding = Decoding::of(&f, logprobs, model, limits)?;
     let raw = req
         .prompt
         .as_ref()
@@ -212,17 +206,8 @@ pub fn completion(
     let (prompt, text) = prompt(raw, model, limits)?;
     prompt_length("prompt", prompt.len(), limits)?;
     let max_tokens = max_tokens("max_tokens", req.max_tokens, Some(16), prompt.len(), limits)?;
-    Ok(ValidatedRequest {
-        max_tokens,
-        params,
-        stop_strings,
-        stop_token_ids,
-        stream: f.stream.unwrap_or(false),
-        include_usage: include_usage(&f),
-        echo: echo.then(|| text.unwrap_or_else(|| model.tokenizer.decode(&prompt, false))),
-        logprobs,
-        prompt,
-    })
+    let echo = echo.then(|| text.unwrap_or_else(|| model.tokenizer.decode(&prompt, false)));
+    Ok(decoding.request(prompt, max_tokens, echo))
 }
 
 pub fn chat(
@@ -233,11 +218,7 @@ pub fn chat(
     check_model(req.model.as_deref(), limits)?;
     let f = req.sampling();
     check_single_choice(&f)?;
-    let top = match req.top_logprobs {
-        None => 0,
-        Some(n) if (0..=20).contains(&n) => n as usize,
-        Some(n) => return Err(out_of_range("top_logprobs", ">= 0 and <= 20", n)),
-    };
+    let top = alternatives("top_logprobs", req.top_logprobs)?.unwrap_or(0);
     let logprobs = req.logprobs.unwrap_or(false).then_some(top);
     if logprobs.is_none() && top > 0 {
         return Err(ValidationError::Unsupported {
@@ -245,9 +226,7 @@ pub fn chat(
             reason: "without `logprobs: true`",
         });
     }
-    let params = sampling(&f, logprobs)?;
-    let stop_strings = stop_strings(&f, limits)?;
-    let stop_token_ids = stop_token_ids(&f, model, limits)?;
+    let decoding = Decoding::of(&f, logprobs, model, limits)?;
     let messages = req
         .messages
         .as_ref()
@@ -259,17 +238,63 @@ pub fn chat(
         None => ("max_tokens", req.max_tokens),
     };
     let max_tokens = max_tokens(field, requested, None, prompt.len(), limits)?;
-    Ok(ValidatedRequest {
-        prompt,
-        max_tokens,
-        params,
-        stop_strings,
-        stop_token_ids,
-        stream: f.stream.unwrap_or(false),
-        include_usage: include_usage(&f),
-        echo: None,
-        logprobs,
-    })
+    Ok(decoding.request(prompt, max_tokens, None))
+}
+
+/// How many alternatives to report with each token: 0 to 20, as OpenAI allows.
+fn alternatives(field: &'static str, requested: Option<i64>) -> Result<Option<usize>> {
+    match requested {
+        None => Ok(None),
+        Some(n) if (0..=20).contains(&n) => Ok(Some(n as usize)),
+        Some(n) => Err(out_of_range(field, ">= 0 and <= 20", n)),
+    }
+}
+
+/// What both endpoints check the same way, from the fields they share.
+struct Decoding {
+    params: SamplingParams,
+    stop_strings: Vec<String>,
+    stop_token_ids: Vec<u32>,
+    stream: bool,
+    include_usage: bool,
+    logprobs: Option<usize>,
+}
+
+impl Decoding {
+    fn of(
+        f: &SamplingFields,
+        logprobs: Option<usize>,
+        model: &LoadedModel,
+        limits: &Limits,
+    ) -> Result<Self> {
+        Ok(Self {
+            params: sampling(f, logprobs)?,
+            stop_strings: stop_strings(f, limits)?,
+            stop_token_ids: stop_token_ids(f, model, limits)?,
+            stream: f.stream.unwrap_or(false),
+            include_usage: include_usage(f),
+            logprobs,
+        })
+    }
+
+    fn request(
+        self,
+        prompt: Vec<u32>,
+        max_tokens: usize,
+        echo: Option<String>,
+    ) -> ValidatedRequest {
+        ValidatedRequest {
+            prompt,
+            max_tokens,
+            params: self.params,
+            stop_strings: self.stop_strings,
+            stop_token_ids: self.stop_token_ids,
+            stream: self.stream,
+            include_usage: self.include_usage,
+            echo,
+            logprobs: self.logprobs,
+        }
+    }
 }
 
 /// Renders `messages` with the model's chat template and tokenizes the result.

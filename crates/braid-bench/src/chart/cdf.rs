@@ -1,7 +1,7 @@
 //! TTFT and ITL distributions as CDFs on log axes, with the SLOs and the stall
 //! threshold drawn in, so the share of requests that miss is read off directly.
 
-use super::{title, y_axis, Area, BLUE, GREY, LIGHT, ORANGE, RED};
+use super::{no_data, title, y_axis, Area, BLUE, GREY, LIGHT, ORANGE, RED};
 use crate::report::Report;
 use crate::stats::itls;
 use crate::svg::{fmt_num, Scale, Svg};
@@ -104,15 +104,7 @@ fn cdf_panel(
         0.0,
     );
     if v.is_empty() {
-        svg.text(
-            a.x + a.w / 2.0,
-            a.y + a.h / 2.0,
-            "no data",
-            14.0,
-            "middle",
-            GREY,
-            0.0,
-        );
+        no_data(svg, a.x + a.w / 2.0, a.y + a.h / 2.0);
         return;
     }
     let marks_max = marks.iter().filter_map(|m| m.0).fold(0.0, f64::max);

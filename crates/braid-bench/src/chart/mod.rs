@@ -49,6 +49,11 @@ pub(crate) struct Area {
 }
 
 /// Draws a frame, horizontal grid lines and y tick labels for a linear y axis from 0.
+/// The placeholder of a panel that has nothing to draw, centred at (x, y).
+pub(crate) fn no_data(svg: &mut Svg, x: f64, y: f64) {
+    svg.text(x, y, "no data", 14.0, "middle", GREY, 0.0);
+}
+
 pub(crate) fn y_axis(svg: &mut Svg, a: Area, max: f64, label: &str) -> Scale {
     let ys = Scale {
         d0: 0.0,

@@ -1,7 +1,7 @@
 //! Throughput and ITL against concurrency, in two panels over one x axis: the knee
 //! where adding streams stops buying throughput and starts costing latency.
 
-use super::{title, y_axis, Area, BLUE, GREY, ORANGE, RED};
+use super::{no_data, title, y_axis, Area, BLUE, GREY, ORANGE, RED};
 use crate::report::Report;
 use crate::svg::{fmt_num, nice_max, Svg};
 
@@ -127,15 +127,7 @@ pub fn chart(r: &Report) -> String {
         0.0,
     );
     if levels.is_empty() {
-        svg.text(
-            width / 2.0,
-            height / 2.0,
-            "no data",
-            14.0,
-            "middle",
-            GREY,
-            0.0,
-        );
+        no_data(&mut svg, width / 2.0, height / 2.0);
     }
     svg.finish()
 }

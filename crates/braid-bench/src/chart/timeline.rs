@@ -3,7 +3,7 @@
 //! A prefill that blocks decoding shows as one gap through all decoder rows at once,
 //! shaded red where it is a stall, lined up under the long prompt's arrival marker.
 
-use super::{title, Area, BLUE, GREEN, GREY, LIGHT, ORANGE, RED};
+use super::{no_data, title, Area, BLUE, GREEN, LIGHT, ORANGE, RED};
 use crate::report::Report;
 use crate::scenario::interference::{DECODER, LONG};
 use crate::stats::itls;
@@ -192,15 +192,7 @@ pub fn chart(r: &Report) -> String {
         0.0,
     );
     if rows.is_empty() {
-        svg.text(
-            width / 2.0,
-            plot.y + 40.0,
-            "no data",
-            14.0,
-            "middle",
-            GREY,
-            0.0,
-        );
+        no_data(&mut svg, width / 2.0, plot.y + 40.0);
     }
     svg.finish()
 }

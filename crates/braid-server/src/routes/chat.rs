@@ -1,14 +1,14 @@
 //! POST /v1/chat/completions: messages rendered with the model's chat template, the answer
 //! as an assistant message (or, streaming, deltas whose first one carries the role).
 
-use crate::generation::{Chunk, Generation};
+use crate::generation::Chunk;
 use crate::json::ApiJson;
 use crate::logprobs::chat_logprobs;
 use crate::openai_types::{
     unix_now, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatMessageOut, Usage,
 };
-use crate::routes::blocking;
+use crate::routes::admit;
 use crate::sse::{sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::{error::ApiError, validation};
@@ -16,43 +16,34 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use braid_model::LoadedModel;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let arrival = Instant::now();
-    let ready = state.ready()?;
-    let (model, limits) = (ready.model.clone(), ready.limits.clone());
-    let valid = blocking(move || validation::chat(&req, &model, &limits)).await??;
-    let (stream, include_usage, logprobs) =
-        (valid.stream, valid.include_usage, valid.logprobs.is_some());
-    let generation = Generation::start(&state, ready, valid, arrival, "chat")?;
+    let a = admit(&state, req, validation::chat, "chat").await?;
     let format = ChatFormat {
-        id: state.response_id("chatcmpl", generation.id),
+        id: state.response_id("chatcmpl", a.generation.id),
         created: unix_now(),
         model_name: state.served_model_name.clone(),
-        model: ready.model.clone(),
-        logprobs,
-        include_usage,
+        model: a.model,
+        logprobs: a.logprobs,
+        include_usage: a.include_usage,
     };
-    if stream {
-        return Ok(sse_response(
-            generation,
-            format,
-            include_usage,
-            state.metrics.clone(),
-        ));
+    if a.stream {
+        let metrics = state.metrics.clone();
+        return Ok(sse_response(a.generation, format, a.include_usage, metrics));
     }
-    let out = generation.collect().await?;
+    let out = a.generation.collect().await?;
     let choice = ChatChoice {
         index: 0,
         message: ChatMessageOut {
             role: "assistant",
             content: out.text,
         },
-        logprobs: logprobs.then(|| chat_logprobs(&format.model.tokenizer, &out.tokens)),
+        logprobs: format
+            .logprobs
+            .then(|| chat_logprobs(&format.model.tokenizer, &out.tokens)),
         finish_reason: Some(out.finish.as_str()),
     };
     Ok(axum::Json(ChatCompletionResponse {

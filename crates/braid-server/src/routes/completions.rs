@@ -1,12 +1,12 @@
 //! POST /v1/completions: text in, text out, in OpenAI's legacy completions shape.
 
-use crate::generation::{Chunk, Generation};
+use crate::generation::Chunk;
 use crate::json::ApiJson;
 use crate::logprobs::CompletionLogprobsBuilder;
 use crate::openai_types::{
     unix_now, CompletionChoice, CompletionRequest, CompletionResponse, Usage,
 };
-use crate::routes::blocking;
+use crate::routes::admit;
 use crate::sse::{sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::{error::ApiError, validation};
@@ -14,36 +14,25 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use braid_model::LoadedModel;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub async fn completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let arrival = Instant::now();
-    let ready = state.ready()?;
-    let (model, limits) = (ready.model.clone(), ready.limits.clone());
-    let valid = blocking(move || validation::completion(&req, &model, &limits)).await??;
-    let (stream, include_usage, logprobs) =
-        (valid.stream, valid.include_usage, valid.logprobs.is_some());
-    let generation = Generation::start(&state, ready, valid, arrival, "completions")?;
+    let a = admit(&state, req, validation::completion, "completions").await?;
     let mut format = CompletionFormat {
-        id: state.response_id("cmpl", generation.id),
+        id: state.response_id("cmpl", a.generation.id),
         created: unix_now(),
         model_name: state.served_model_name.clone(),
-        model: ready.model.clone(),
-        logprobs: logprobs.then(CompletionLogprobsBuilder::default),
-        include_usage,
+        model: a.model,
+        logprobs: a.logprobs.then(CompletionLogprobsBuilder::default),
+        include_usage: a.include_usage,
     };
-    if stream {
-        return Ok(sse_response(
-            generation,
-            format,
-            include_usage,
-            state.metrics.clone(),
-        ));
+    if a.stream {
+        let metrics = state.metrics.clone();
+        return Ok(sse_response(a.generation, format, a.include_usage, metrics));
     }
-    let out = generation.collect().await?;
+    let out = a.generation.collect().await?;
     let logprobs = format
         .logprobs
         .as_mut()

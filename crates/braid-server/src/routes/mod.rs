@@ -11,6 +11,12 @@ pub mod models;
 pub mod tokenize;
 
 use crate::error::ApiError;
+use crate::generation::Generation;
+use crate::state::AppState;
+use crate::validation::{Limits, ValidatedRequest, ValidationError};
+use braid_model::LoadedModel;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Runs CPU work of a request (tokenizing a long prompt, rendering a template) off the async
 /// workers, so one large prompt does not stall every other connection's I/O.
@@ -20,4 +26,36 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ApiError::internal(format!("request processing failed: {e}")))
+}
+
+/// A generation request that passed validation and is queued, with what its response needs.
+pub(crate) struct Admitted {
+    pub generation: Generation,
+    pub model: Arc<LoadedModel>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub logprobs: bool,
+}
+
+/// What both generation endpoints do first: validate the body (off the async workers) and
+/// hand it to the engine.
+pub(crate) async fn admit<R: Send + 'static>(
+    state: &AppState,
+    req: R,
+    validate: fn(&R, &LoadedModel, &Limits) -> Result<ValidatedRequest, ValidationError>,
+    endpoint: &'static str,
+) -> Result<Admitted, ApiError> {
+    let arrival = Instant::now();
+    let ready = state.ready()?;
+    let (model, limits) = (ready.model.clone(), ready.limits.clone());
+    let valid = blocking(move || validate(&req, &model, &limits)).await??;
+    let (stream, include_usage, logprobs) =
+        (valid.stream, valid.include_usage, valid.logprobs.is_some());
+    Ok(Admitted {
+        generation: Generation::start(state, ready, valid, arrival, endpoint)?,
+        model: ready.model.clone(),
+        stream,
+        include_usage,
+        logprobs,
+    })
 }
