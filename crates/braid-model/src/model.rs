@@ -214,20 +214,35 @@ impl Model {
         let c = &self.config;
         let (h, d) = (c.hidden, c.head_dim);
         let group = c.num_heads / c.num_kv_heads;
-        let mut tasks = Vec::with_capacity(batch.len() * c.num_kv_heads);
+        let tiles: usize = batch
+            .iter()
+            .map(|e| e.tokens.len().div_ceil(ROW_TILE))
+            .sum();
+        // A lone sequence has as few tasks as KV heads (3 for the default model), which two
+        // cores split 2 + 1. Then each query head gets its own task: the KV blocks are read
+        // once per query head instead of once per group, but from cache, and the cores finish
+        // together. Every (row, head) is computed alike either way.
+        let per_head = tiles * c.num_kv_heads < 2 * rayon::current_num_threads();
+        let (task_heads, heads_per_task) = if per_head {
+            (c.num_heads, 1)
+        } else {
+            (c.num_kv_heads, group)
+        };
+        let mut tasks = Vec::with_capacity(tiles * task_heads);
         let mut row = 0;
         for e in batch {
             for tile in (0..e.tokens.len()).step_by(ROW_TILE) {
                 let rows = ROW_TILE.min(e.tokens.len() - tile);
-                for kv_head in 0..c.num_kv_heads {
+                for t in 0..task_heads {
+                    let first_head = t * heads_per_task;
                     let task = GroupTask {
                         layer,
                         block_table: e.block_table,
                         start: e.start + tile,
                         rows,
-                        kv_head,
-                        first_head: kv_head * group,
-                        group,
+                        kv_head: first_head / group,
+                        first_head,
+                        group: heads_per_task,
                     };
                     tasks.push((row + tile, task));
                 }
