@@ -3,10 +3,10 @@
 //! block table, which is what lets one forward carry many unrelated requests.
 //!
 //! Keys and values dominate the cost as contexts grow (23 KB of half floats per cached token
-//! for the default model), so a unit of work reads each KV block once per pass and applies it to every query
-//! row of a tile and every query head that shares the KV head (grouped-query attention). A
-//! row's result depends only on its position and its own cache, never on which other rows
-//! share the tile: chunked prefill and batching stay bit-identical.
+//! for the default model), so a unit of work reads each KV block once per pass and applies it
+//! to every query row of a tile and every query head that shares the KV head (grouped-query
+//! attention). A row's result depends only on its position and its own cache, never on which
+//! other rows or heads share the task: chunked prefill and batching stay bit-identical.
 
 use crate::kv_pool::{widen16, KvPool};
 

@@ -15,7 +15,7 @@
 //! Keys and values are stored as IEEE half floats (as llama.cpp and vLLM do by default): at long
 //! contexts attention is bound by reading them, and half the bytes also means twice the
 //! tokens in the same `--kv-cache-mb`. Attention widens them to f32 as it reads
-//! ([`f16_to_f32`]); all arithmetic stays in f32.
+//! ([`widen16`]); all arithmetic stays in f32.
 
 use crate::config::ModelConfig;
 use half::f16;
