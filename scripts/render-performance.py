@@ -85,7 +85,7 @@ def main(out: Path):
             limit = ""
             if n == 1:
                 limit = f"{rate * engine['weight_bytes'] / MEM_BW:.0%} of memory bandwidth ({MEM_BW / 1e9:.1f} GB/s ÷ {engine['weight_bytes'] / 1e6:.0f} MB per token)"
-            p(f"| decode, {n} sequences at context 128 | {f(rate)} tok/s (step p50 {f(step, 2)} ms) | {target} | {limit} |")
+            p(f"| decode, {n} sequence{'s' if n > 1 else ''} at context 128 | {f(rate)} tok/s (step p50 {f(step, 2)} ms) | {target} | {limit} |")
         p("")
         if engine.get("kernels"):
             p("Why braid has its own kernel: the linear layers of one forward (30 layers × 7 weights), tokens/s by path,")
