@@ -114,6 +114,21 @@ def make_server():
         s.stop()
 
 
+def read_until_closed(sock: socket.socket, until: float | None = None) -> bytes:
+    """Everything the peer sends until it closes or resets the connection (or, given `until`,
+    a time.time() deadline, until then)."""
+    out = b""
+    try:
+        while until is None or time.time() < until:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return out
+
+
 def complete(url: str, **body) -> dict:
     r = requests.post(url + "/v1/completions", json=body, timeout=300)
     assert r.status_code == 200, r.text

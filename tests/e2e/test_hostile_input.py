@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from conftest import Server
+from conftest import Server, read_until_closed
 
 KEY = "sk-hostile-suite-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -201,17 +201,7 @@ def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:
             sock.shutdown(socket.SHUT_WR)
         except OSError:  # the server stopped reading (a header past hyper's buffer) and closed
             pass
-        out = b""
-        deadline = time.time() + timeout
-        try:
-            while time.time() < deadline:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-        except ConnectionResetError:
-            pass
-        return out
+        return read_until_closed(sock, time.time() + timeout)
 
 
 def test_malformed_http_is_answered_or_closed_never_crashes(hardened):

@@ -6,6 +6,8 @@ import time
 
 import requests
 
+from conftest import read_until_closed
+
 ORIGIN = "https://app.example.com"
 
 
@@ -29,15 +31,7 @@ def exchange(port: int, raw: bytes, timeout: float = 10.0) -> tuple[bytes, float
             sock.sendall(raw)
         except OSError:
             pass
-        out = b""
-        try:
-            while True:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                out += chunk
-        except ConnectionResetError:
-            pass
+        out = read_until_closed(sock)
     return out, time.time() - started
 
 

@@ -251,6 +251,17 @@ mod tests {
     use super::*;
     use std::collections::{HashMap, HashSet};
 
+    /// xorshift64*: deterministic random numbers from `seed`, without a dependency.
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut state = seed;
+        move || {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+    }
+
     #[test]
     fn allocate_and_free_round_trip() {
         let mut a = BlockAllocator::new(8);
@@ -324,14 +335,7 @@ mod tests {
     /// Random alloc/free sequences: free + used == total, and the held sets never overlap.
     #[test]
     fn random_alloc_free_keeps_the_books() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            // xorshift64*: deterministic, no dependency.
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        };
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for round in 0..200 {
             let total = 1 + (next() % 64) as usize;
             let mut a = BlockAllocator::new(total);
@@ -436,13 +440,7 @@ mod tests {
     /// agree with the reference counts, and the books always balance.
     #[test]
     fn eviction_never_takes_a_held_block() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         for round in 0..200 {
             let total = 1 + (next() % 24) as usize;
             let mut a = BlockAllocator::new(total);
