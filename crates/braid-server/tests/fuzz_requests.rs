@@ -21,7 +21,7 @@ use braid_server::openai_types::{
     ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
 };
 use braid_server::state::{AppState, Ready};
-use braid_server::validation::{self, Limits, ValidatedRequest};
+use braid_server::validation::{self, Limits, ValidatedRequest, ValidationError};
 use braid_server::ServeArgs;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -400,10 +400,13 @@ impl Outcomes {
 }
 
 /// None: not parsed; Some(false): refused by validation; Some(true): accepted.
-fn completion_case(bytes: &[u8]) -> Option<bool> {
-    let req = parse::<CompletionRequest>(bytes)?;
+fn validated_case<R: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    validate: fn(&R, &LoadedModel, &Limits) -> Result<ValidatedRequest, ValidationError>,
+) -> Option<bool> {
+    let req = parse::<R>(bytes)?;
     let l = limits();
-    Some(match validation::completion(&req, &fixture().model, &l) {
+    Some(match validate(&req, &fixture().model, &l) {
         Ok(v) => {
             check_bounds(&v, &l);
             true
@@ -415,19 +418,12 @@ fn completion_case(bytes: &[u8]) -> Option<bool> {
     })
 }
 
+fn completion_case(bytes: &[u8]) -> Option<bool> {
+    validated_case::<CompletionRequest>(bytes, validation::completion)
+}
+
 fn chat_case(bytes: &[u8]) -> Option<bool> {
-    let req = parse::<ChatCompletionRequest>(bytes)?;
-    let l = limits();
-    Some(match validation::chat(&req, &fixture().model, &l) {
-        Ok(v) => {
-            check_bounds(&v, &l);
-            true
-        }
-        Err(e) => {
-            check_refusal(&e);
-            false
-        }
-    })
+    validated_case::<ChatCompletionRequest>(bytes, validation::chat)
 }
 
 /// Runs generated bodies of `fields` through `case`; every outcome must occur at least once.
