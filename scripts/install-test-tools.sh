@@ -5,6 +5,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages the tests drive (chromium for the dashboard test, nginx for the replica
+# tests) come from apt-get, which needs root. Say so before anything else is installed.
+missing_debs=()
+command -v chromium >/dev/null 2>&1 || missing_debs+=(chromium)
+command -v nginx >/dev/null 2>&1 || missing_debs+=(nginx)
+if [ ${#missing_debs[@]} -gt 0 ] && [ "$(id -u)" != 0 ]; then
+  echo "install-test-tools: the tests need Debian's ${missing_debs[*]}, installed with apt-get, which needs root." >&2
+  echo "install-test-tools: run scripts/test.sh as root once, or install them yourself: sudo apt-get install ${missing_debs[*]}" >&2
+  exit 1
+fi
+apt_install() {
+  echo "install-test-tools: installing Debian's $* ..." >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "$@" >/dev/null
+}
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
@@ -20,10 +37,7 @@ if ! command -v oha >/dev/null 2>&1; then
 fi
 
 if ! command -v chromium >/dev/null 2>&1; then
-  echo "install-test-tools: installing Debian's chromium ..." >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq chromium >/dev/null
+  apt_install chromium
 fi
 
 # deploy/ manifests: the official Kubernetes schemas, bundled (works offline), plus jsonschema
@@ -34,8 +48,5 @@ fi
 
 # scripts/replicas.sh puts braid replicas behind nginx.
 if ! command -v nginx >/dev/null 2>&1; then
-  echo "install-test-tools: installing Debian's nginx ..." >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq nginx >/dev/null
+  apt_install nginx
 fi

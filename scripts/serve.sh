@@ -4,5 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh
-cargo build --release --quiet --bin braid
-exec "${CARGO_TARGET_DIR:-target}/release/braid" serve "$@"
+target="${CARGO_TARGET_DIR:-target}/release/braid"
+if [ ! -x "$target" ]; then
+  echo "serve: building braid in release mode; the first build takes about 12 minutes on 2 cores" >&2
+fi
+cargo build --release --bin braid
+exec "$target" serve "$@"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: fetches the model if missing, installs what the end-to-end tests use
-# (a Python venv with the openai client and pytest, oha), builds once in release, then runs
-# the Rust tests and the end-to-end suite against the real binary on the real model.
+# (a Python venv with the openai client and pytest, oha, Debian's chromium and nginx: the
+# first run needs root for apt-get), checks formatting and lints, builds once in release, then
+# runs the Rust tests and the end-to-end suite against the real binary on the real model.
+# Extra arguments go to pytest (scripts/test.sh -k prefix_cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -9,6 +11,8 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 scripts/fetch-model.sh
 scripts/install-test-tools.sh
 
+cargo fmt --all --check
+cargo clippy --release --workspace --all-targets -- -D warnings
 cargo build --release --bin braid
 cargo test --release --workspace
 
