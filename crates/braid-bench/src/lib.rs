@@ -33,6 +33,8 @@ pub mod svg;
 pub use args::{BenchArgs, Scenario};
 pub use report::Report;
 
+use std::path::{Path, PathBuf};
+
 /// Runs `braid bench ...`: a load scenario (prints the summary table to stdout, writes
 /// `<scenario>.json` and `<scenario>.svg` under `--out`), or `compare`.
 ///
@@ -49,7 +51,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     println!("{}", report::summary_table(&report));
     match &common.out {
         Some(dir) => {
-            let (json, svg) = report::write_outputs(&report, dir)?;
+            let (json, svg) = write_outputs(&report, dir)?;
             eprintln!(
                 "braid-bench: wrote {} and {}",
                 json.display(),
@@ -73,6 +75,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Writes `<scenario>.json` and `<scenario>.svg` into `dir`, creating it.
+fn write_outputs(report: &Report, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    let json = dir.join(format!("{}.json", report.scenario));
+    let svg = dir.join(format!("{}.svg", report.scenario));
+    std::fs::write(&json, serde_json::to_vec_pretty(report)?)?;
+    std::fs::write(&svg, chart::render(report))?;
+    Ok((json, svg))
 }
 
 // The main binary spawns the benchmark on its multi-threaded runtime, so `run`'s future

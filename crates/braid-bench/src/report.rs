@@ -9,11 +9,16 @@ use crate::record::RequestRecord;
 use crate::stats::{Aggregate, Slo, Summary};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bumped when a field changes meaning.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// The groups of the interference scenario: here, so that the scenario that fills them
+/// and the chart that draws them both depend on the report and not on each other.
+pub const DECODER: &str = "decoder";
+pub const LONG: &str = "long";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -111,16 +116,6 @@ pub fn rfc3339(unix_s: u64) -> String {
         secs / 60 % 60,
         secs % 60
     )
-}
-
-/// Writes `<scenario>.json` and `<scenario>.svg` into `dir`, creating it.
-pub fn write_outputs(report: &Report, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    std::fs::create_dir_all(dir)?;
-    let json = dir.join(format!("{}.json", report.scenario));
-    let svg = dir.join(format!("{}.svg", report.scenario));
-    std::fs::write(&json, serde_json::to_vec_pretty(report)?)?;
-    std::fs::write(&svg, crate::chart::render(report))?;
-    Ok((json, svg))
 }
 
 pub fn read(path: &Path) -> anyhow::Result<Report> {

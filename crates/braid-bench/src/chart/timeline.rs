@@ -4,8 +4,7 @@
 //! shaded red where it is a stall, lined up under the long prompt's arrival marker.
 
 use super::{no_data, title, Area, BLUE, GREEN, LIGHT, ORANGE, RED};
-use crate::report::Report;
-use crate::scenario::interference::{DECODER, LONG};
+use crate::report::{Report, DECODER, LONG};
 use crate::stats::itls;
 use crate::svg::{fmt_num, nice_ticks, Scale, Svg};
 

@@ -9,14 +9,11 @@
 use super::Ctx;
 use crate::args::InterferenceArgs;
 use crate::record::RequestRecord;
-use crate::report::{InterferenceDetail, LongPromptImpact, Report};
+use crate::report::{InterferenceDetail, LongPromptImpact, Report, DECODER, LONG};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::sleep_until;
-
-pub const DECODER: &str = "decoder";
-pub const LONG: &str = "long";
 
 pub async fn run(args: &InterferenceArgs) -> anyhow::Result<Report> {
     anyhow::ensure!(args.decode_tokens > 0, "--decode-tokens must be > 0");
