@@ -10,7 +10,6 @@ use crate::stats::{Aggregate, Slo, Summary};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bumped when a field changes meaning.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -89,33 +88,10 @@ pub struct LongPromptImpact {
     pub decoder_stalls: usize,
 }
 
-/// Time since the Unix epoch, and the same instant as RFC 3339 UTC.
+/// Time since the Unix epoch, and the same instant as RFC 3339 UTC to the second.
 pub fn now_utc() -> (f64, String) {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (d.as_secs_f64(), rfc3339(d.as_secs()))
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ` of a Unix time (civil-from-days, proleptic Gregorian).
-pub fn rfc3339(unix_s: u64) -> String {
-    let days = (unix_s / 86_400) as i64;
-    let secs = unix_s % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    let now = jiff::Timestamp::now();
+    (now.as_duration().as_secs_f64(), format!("{now:.0}"))
 }
 
 pub fn read(path: &Path) -> anyhow::Result<Report> {
@@ -265,10 +241,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_of_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    fn now_is_rfc3339_utc_to_the_second() {
+        let (unix_s, text) = now_utc();
+        let parsed: jiff::Timestamp = text.parse().unwrap();
+        assert!(text.ends_with('Z') && !text.contains('.'), "{text}");
+        assert!((parsed.as_second() as f64 - unix_s).abs() < 1.0);
     }
 
     #[test]
