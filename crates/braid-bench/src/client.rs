@@ -19,7 +19,8 @@
 
 use crate::prompts::Prompt;
 use crate::record::{Outcome, RequestRecord};
-use futures::StreamExt;
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures::{Stream, StreamExt};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::time::{timeout_at, Instant};
@@ -165,10 +166,9 @@ impl Client {
             };
             return t.fail(Outcome::HttpError, &msg, since(sent));
         }
-        let mut stream = resp.bytes_stream();
-        let mut parser = SseParser::default();
+        let mut events = std::pin::pin!(sse_events(resp.bytes_stream()));
         loop {
-            let next = match timeout_at(deadline, stream.next()).await {
+            let next = match timeout_at(deadline, events.next()).await {
                 Err(_) => {
                     return t.fail(
                         Outcome::Deadline,
@@ -179,41 +179,36 @@ impl Client {
                 Ok(n) => n,
             };
             let now = since(sent);
-            let bytes = match next {
+            let data = match next {
                 None => return t.fail(Outcome::Incomplete, "stream ended without [DONE]", now),
-                Some(Err(e)) => return t.fail(Outcome::Incomplete, &error_chain(&e), now),
-                Some(Ok(b)) => b,
+                Some(Err(e)) => return t.fail(Outcome::Incomplete, &e, now),
+                Some(Ok(SseEvent::Data(d))) => d,
+                Some(Ok(SseEvent::Done)) => {
+                    t.end_s = now;
+                    // Read the body to its end (briefly) so the connection goes back
+                    // to the pool and the next request does not pay for a new one.
+                    let drain = deadline.min(Instant::now() + Duration::from_millis(200));
+                    let _ =
+                        timeout_at(drain, async { while events.next().await.is_some() {} }).await;
+                    return t;
+                }
             };
-            for event in parser.push(&bytes) {
-                let data = match event {
-                    SseEvent::Done => {
-                        t.end_s = now;
-                        // Read the body to its end (briefly) so the connection goes back
-                        // to the pool and the next request does not pay for a new one.
-                        let drain = deadline.min(Instant::now() + Duration::from_millis(200));
-                        let _ = timeout_at(drain, async { while stream.next().await.is_some() {} })
-                            .await;
-                        return t;
-                    }
-                    SseEvent::Data(d) => d,
-                };
-                let chunk = match serde_json::from_str::<Value>(&data) {
-                    Ok(v) => Chunk::from_json(&v),
-                    Err(_) => {
-                        let msg = format!("malformed chunk: {}", truncate(&data, 200));
-                        return t.fail(Outcome::Incomplete, &msg, now);
-                    }
-                };
-                if let Some(err) = chunk.error {
-                    return t.fail(Outcome::Incomplete, &err, now);
+            let chunk = match serde_json::from_str::<Value>(&data) {
+                Ok(v) => Chunk::from_json(&v),
+                Err(_) => {
+                    let msg = format!("malformed chunk: {}", truncate(&data, 200));
+                    return t.fail(Outcome::Incomplete, &msg, now);
                 }
-                if chunk.token {
-                    t.token_times_s.push(now);
-                }
-                if chunk.completion_tokens.is_some() {
-                    t.usage_completion_tokens = chunk.completion_tokens;
-                    t.usage_prompt_tokens = chunk.prompt_tokens;
-                }
+            };
+            if let Some(err) = chunk.error {
+                return t.fail(Outcome::Incomplete, &err, now);
+            }
+            if chunk.token {
+                t.token_times_s.push(now);
+            }
+            if chunk.completion_tokens.is_some() {
+                t.usage_completion_tokens = chunk.completion_tokens;
+                t.usage_prompt_tokens = chunk.prompt_tokens;
             }
         }
     }
@@ -267,32 +262,26 @@ pub enum SseEvent {
     Done,
 }
 
-/// Splits a byte stream into `data:` lines; tolerates `\r\n`, comments, other fields,
-/// and lines cut across network reads.
-#[derive(Debug, Default)]
-pub struct SseParser {
-    buf: Vec<u8>,
-}
-
-impl SseParser {
-    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.buf.extend_from_slice(bytes);
-        let mut events = vec![];
-        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.buf.drain(..=pos).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim_end_matches(['\n', '\r']);
-            if let Some(payload) = line.strip_prefix("data:") {
-                let payload = payload.trim();
-                if payload == "[DONE]" {
-                    events.push(SseEvent::Done);
-                } else if !payload.is_empty() {
-                    events.push(SseEvent::Data(payload.to_string()));
-                }
-            }
+/// The non-empty `data` events of a byte stream, `[DONE]` told apart; an error is its
+/// message. Comments, other fields, `\r\n` and events cut across network reads are
+/// eventsource-stream's to handle.
+pub fn sse_events<S, B, E>(bytes: S) -> impl Stream<Item = Result<SseEvent, String>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: std::error::Error,
+{
+    bytes.eventsource().filter_map(|event| async move {
+        match event {
+            Err(EventStreamError::Transport(e)) => Some(Err(error_chain(&e))),
+            Err(e) => Some(Err(e.to_string())),
+            Ok(event) => match event.data.trim() {
+                "" => None,
+                "[DONE]" => Some(Ok(SseEvent::Done)),
+                data => Some(Ok(SseEvent::Data(data.to_string()))),
+            },
         }
-        events
-    }
+    })
 }
 
 /// What one JSON chunk of a completion stream says.
@@ -335,13 +324,37 @@ impl Chunk {
 mod tests {
     use super::*;
 
-    #[test]
-    fn sse_lines_split_across_reads() {
-        let mut p = SseParser::default();
-        assert!(p.push(b"data: {\"a\"").is_empty());
-        let ev = p.push(b":1}\r\n\r\n: keep-alive\nevent: x\ndata: [DONE]\n\n");
-        assert_eq!(ev, vec![SseEvent::Data("{\"a\":1}".into()), SseEvent::Done]);
-        assert_eq!(p.push(b"data:{}\n"), vec![SseEvent::Data("{}".into())]);
+    #[tokio::test]
+    async fn sse_events_split_across_reads() {
+        let reads: [&[u8]; 3] = [
+            b"data: {\"a\"",
+            b":1}\r\n\r\n: keep-alive\nevent: x\ndata: [DONE]\n\n",
+            b"data:{}\n\n",
+        ];
+        let bytes = futures::stream::iter(reads.map(Ok::<_, std::io::Error>));
+        let events: Vec<_> = sse_events(bytes).collect().await;
+        let want = [
+            SseEvent::Data("{\"a\":1}".into()),
+            SseEvent::Done,
+            SseEvent::Data("{}".into()),
+        ];
+        assert_eq!(events, want.map(Ok));
+    }
+
+    #[tokio::test]
+    async fn sse_transport_errors_keep_their_message() {
+        let bytes = futures::stream::iter([
+            Ok(&b"data: {}\n\n"[..]),
+            Err(std::io::Error::other("connection reset")),
+        ]);
+        let events: Vec<_> = sse_events(bytes).collect().await;
+        assert_eq!(
+            events,
+            [
+                Ok(SseEvent::Data("{}".into())),
+                Err("connection reset".into())
+            ]
+        );
     }
 
     #[test]
