@@ -18,10 +18,13 @@ pub fn real_model() -> &'static LoadedModel {
     })
 }
 
+/// llama.cpp's tokenizations, chat renderings and greedy continuations for the default model,
+/// kept in the repository so that a fresh clone can check against them.
 pub fn reference() -> serde_json::Value {
-    let path = std::env::var("BRAID_REFERENCE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| workspace_root().join("../shared/testdata/smollm2-reference.json"));
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/smollm2-reference.json"
+    ));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).expect("reference JSON")
