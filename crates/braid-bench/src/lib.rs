@@ -28,7 +28,6 @@ pub mod record;
 pub mod report;
 pub mod scenario;
 pub mod stats;
-pub mod svg;
 
 pub use args::{BenchArgs, Scenario};
 pub use report::Report;
@@ -83,7 +82,7 @@ fn write_outputs(report: &Report, dir: &Path) -> anyhow::Result<(PathBuf, PathBu
     let json = dir.join(format!("{}.json", report.scenario));
     let svg = dir.join(format!("{}.svg", report.scenario));
     std::fs::write(&json, serde_json::to_vec_pretty(report)?)?;
-    std::fs::write(&svg, chart::render(report))?;
+    std::fs::write(&svg, chart::render(report)?)?;
     Ok((json, svg))
 }
 

@@ -12,7 +12,7 @@ use braid_bench::record::Outcome;
 use braid_bench::stats::request_metrics;
 use braid_bench::{BenchArgs, Report};
 use clap::Parser;
-use common::{start, Behavior};
+use common::{drawn, start, Behavior, BLUE, GREEN, ORANGE};
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -159,7 +159,7 @@ async fn scaling_counts_failures_by_status_and_writes_outputs() {
 
     let svg = std::fs::read_to_string(dir.path().join("scaling.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-    assert_eq!(svg.matches("class=\"point throughput\"").count(), 1);
+    assert_eq!(drawn(&svg, "circle", BLUE), 1, "one throughput point");
 
     // The same report compared with itself: every ratio is 1 or undefined.
     let j = dir.path().join("scaling.json");
@@ -236,8 +236,10 @@ async fn interference_pairs_long_prompts_with_decoder_gaps() {
     assert_eq!(lens.len(), 5);
     assert_eq!(lens.iter().filter(|&&l| l == 50).count(), 2);
     let svg = std::fs::read_to_string(dir.path().join("interference.svg")).unwrap();
-    assert_eq!(svg.matches("class=\"token\"").count(), 2 * 8 + 2 * 2);
-    assert_eq!(svg.matches("class=\"first-token\"").count(), 2);
+    // Token ticks and first-token dots, each colour once more in the legend.
+    assert_eq!(drawn(&svg, "polyline", BLUE), 2 * 8 + 1);
+    assert_eq!(drawn(&svg, "polyline", ORANGE), 2 * 2 + 1);
+    assert_eq!(drawn(&svg, "circle", GREEN), 2 + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +290,8 @@ async fn poisson_sends_the_planned_mix_of_word_prompts() {
         assert!(words == 4 || words == 9);
     }
     let svg = std::fs::read_to_string(dir.path().join("poisson.svg")).unwrap();
-    assert!(svg.contains("class=\"cdf ttft\"") && svg.contains("class=\"cdf itl\""));
+    assert_eq!(drawn(&svg, "polyline", BLUE), 1, "TTFT CDF");
+    assert_eq!(drawn(&svg, "polyline", ORANGE), 1, "ITL CDF");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

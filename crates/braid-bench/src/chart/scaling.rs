@@ -1,141 +1,115 @@
 //! Throughput and ITL against concurrency, in two panels over one x axis: the knee
 //! where adding streams stops buying throughput and starts costing latency.
 
-use super::{no_data, title, y_axis, Area, BLUE, GREY, ORANGE, RED};
+use super::{
+    dashed, fmt_num, headroom, legend, no_data, swatch, text, Area, Panel, BLUE, GREY, ORANGE, RED,
+};
 use crate::report::Report;
-use crate::svg::{fmt_num, nice_max, Svg};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-pub fn chart(r: &Report) -> String {
-    let (width, height) = (900.0, 660.0);
-    let mut svg = Svg::new(width, height);
-    title(&mut svg, r, width);
+pub const SIZE: (u32, u32) = (900, 660);
+
+pub fn draw(r: &Report, area: &Area) -> anyhow::Result<()> {
     let levels: Vec<_> = r
         .groups
         .iter()
         .filter(|g| g.concurrency.is_some())
         .collect();
-    let n = levels.len().max(1) as f64;
-    let top = Area {
-        x: 90.0,
-        y: 60.0,
-        w: 770.0,
-        h: 240.0,
+    let names: Vec<String> = levels
+        .iter()
+        .map(|g| g.concurrency.map_or(g.name.clone(), |c| c.to_string()))
+        .collect();
+    // Level i sits at x = i; only whole x get a label.
+    let x_fmt = |v: &f64| match names.get(v.round() as usize) {
+        Some(name) if (v - v.round()).abs() < 1e-6 && *v > -0.5 => name.clone(),
+        _ => String::new(),
     };
-    let bottom = Area {
-        x: 90.0,
-        y: 360.0,
-        w: 770.0,
-        h: 240.0,
-    };
-    let x_of = |i: usize| top.x + (i as f64 + 0.5) * top.w / n;
-
-    let tput: Vec<f64> = levels
-        .iter()
-        .map(|g| g.aggregate.throughput_tok_s)
-        .collect();
-    let ys = y_axis(
-        &mut svg,
-        top,
-        nice_max(tput.iter().copied().fold(0.0, f64::max)),
-        "throughput (tok/s)",
-    );
-    let pts: Vec<(f64, f64)> = tput
-        .iter()
-        .enumerate()
-        .map(|(i, v)| (x_of(i), ys.map(*v)))
-        .collect();
-    svg.polyline("series throughput", &pts, BLUE, 2.0, None);
-    for (p, v) in pts.iter().zip(&tput) {
-        svg.circle("point throughput", p.0, p.1, 4.0, BLUE);
-        svg.text(p.0, p.1 - 8.0, &fmt_num(*v), 10.0, "middle", BLUE, 0.0);
-    }
-
-    let p99: Vec<Option<f64>> = levels
-        .iter()
-        .map(|g| g.aggregate.itl_ms.map(|s| s.p99))
-        .collect();
-    let p50: Vec<Option<f64>> = levels
-        .iter()
-        .map(|g| g.aggregate.itl_ms.map(|s| s.p50))
-        .collect();
-    let top_ms = p99.iter().flatten().copied().fold(r.stall_ms, f64::max);
-    let ys = y_axis(&mut svg, bottom, nice_max(top_ms), "ITL (ms)");
-    let series = |v: &[Option<f64>]| -> Vec<(f64, f64)> {
-        v.iter()
+    let x = -0.5..levels.len().max(1) as f64 - 0.5;
+    let at = |points: Vec<Option<f64>>| -> Vec<(f64, f64)> {
+        points
+            .into_iter()
             .enumerate()
-            .filter_map(|(i, v)| v.map(|v| (x_of(i), ys.map(v))))
+            .filter_map(|(i, v)| v.map(|v| (i as f64, v)))
             .collect()
     };
-    let stall_y = ys.map(r.stall_ms);
-    svg.line(
-        "stall-threshold",
-        (bottom.x, stall_y),
-        (bottom.x + bottom.w, stall_y),
-        RED,
-        1.0,
-        Some("6 4"),
-    );
-    svg.text(
-        bottom.x + bottom.w - 4.0,
-        stall_y - 4.0,
-        &format!("stall > {} ms", fmt_num(r.stall_ms)),
-        10.0,
-        "end",
-        RED,
-        0.0,
-    );
-    let (s99, s50) = (series(&p99), series(&p50));
-    svg.polyline("series itl-p99", &s99, ORANGE, 2.0, None);
-    svg.polyline("series itl-p50", &s50, GREY, 1.5, Some("5 3"));
-    for p in &s99 {
-        svg.circle("point itl-p99", p.0, p.1, 4.0, ORANGE);
-    }
-    for p in &s50 {
-        svg.circle("point itl-p50", p.0, p.1, 3.0, GREY);
-    }
-    svg.text(
-        bottom.x + 8.0,
-        bottom.y + 14.0,
-        "ITL p99 (solid), p50 (dashed)",
-        11.0,
-        "start",
-        ORANGE,
-        0.0,
-    );
+    let (top, bottom) = area.split_vertically(SIZE.1 as i32 / 2 - 20);
 
-    for (i, g) in levels.iter().enumerate() {
-        let label = g.concurrency.map_or(g.name.clone(), |c| c.to_string());
-        for a in [top, bottom] {
-            svg.text(
-                x_of(i),
-                a.y + a.h + 16.0,
-                &label,
-                11.0,
-                "middle",
-                "black",
-                0.0,
-            );
-        }
-    }
-    svg.text(
-        top.x + top.w / 2.0,
-        bottom.y + bottom.h + 36.0,
-        "concurrency (requests in flight)",
-        12.0,
-        "middle",
-        "black",
-        0.0,
-    );
+    let tput = at(levels
+        .iter()
+        .map(|g| Some(g.aggregate.throughput_tok_s))
+        .collect());
+    let max = tput.iter().map(|p| p.1).fold(0.0, f64::max);
+    let panel = Panel {
+        caption: "throughput".into(),
+        x: x.clone(),
+        y: 0.0..headroom(max),
+        x_desc: "concurrency (requests in flight)",
+        y_desc: "throughput (tok/s)",
+        x_labels: levels.len().max(1),
+        x_fmt: &x_fmt,
+        y_labels: 6,
+    };
+    let mut chart = panel.draw(&top)?;
+    chart.draw_series(LineSeries::new(tput.clone(), BLUE.stroke_width(2)))?;
+    chart.draw_series(tput.iter().map(|p| Circle::new(*p, 4, BLUE.filled())))?;
+    let above = text(10.0, &BLUE).pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart.draw_series(
+        tput.iter().map(|&(x, v)| {
+            EmptyElement::at((x, v)) + Text::new(fmt_num(v), (0, -6), above.clone())
+        }),
+    )?;
     if levels.is_empty() {
-        no_data(&mut svg, width / 2.0, height / 2.0);
+        no_data(&chart, &panel)?;
     }
-    svg.finish()
+
+    let p99 = at(levels
+        .iter()
+        .map(|g| g.aggregate.itl_ms.map(|s| s.p99))
+        .collect());
+    let p50 = at(levels
+        .iter()
+        .map(|g| g.aggregate.itl_ms.map(|s| s.p50))
+        .collect());
+    let max = p99.iter().map(|p| p.1).fold(r.stall_ms, f64::max);
+    let panel = Panel {
+        caption: "inter-token latency".into(),
+        y: 0.0..headroom(max),
+        y_desc: "ITL (ms)",
+        ..panel
+    };
+    let mut chart = panel.draw(&bottom)?;
+    let stall = (r.stall_ms, RED.stroke_width(1));
+    dashed(&mut chart, (x.start, stall.0), (x.end, stall.0), stall.1)?
+        .label(format!("stall: gap above {} ms", fmt_num(r.stall_ms)))
+        .legend(swatch(stall.1));
+    chart
+        .draw_series(LineSeries::new(p99.clone(), ORANGE.stroke_width(2)))?
+        .label("ITL p99")
+        .legend(swatch(ORANGE.stroke_width(2)));
+    chart.draw_series(p99.iter().map(|p| Circle::new(*p, 4, ORANGE.filled())))?;
+    chart
+        .draw_series(DashedLineSeries::new(
+            p50.clone(),
+            5,
+            3,
+            GREY.stroke_width(2),
+        ))?
+        .label("ITL p50")
+        .legend(swatch(GREY.stroke_width(2)));
+    chart.draw_series(p50.iter().map(|p| Circle::new(*p, 3, GREY.filled())))?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    if levels.is_empty() {
+        no_data(&chart, &panel)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::chart::render;
-    use crate::chart::tests::assert_well_formed;
+    use crate::chart::tests::{assert_well_formed, count};
     use crate::fixtures::{record, report, times};
     use crate::record::Outcome;
 
@@ -151,11 +125,13 @@ mod tests {
                 Outcome::Ok,
             ));
         }
-        let svg = render(&report("scaling", "braid <test>", recs));
+        let svg = render(&report("scaling", "braid <test>", recs)).unwrap();
         assert_well_formed(&svg);
-        assert_eq!(svg.matches("class=\"point throughput\"").count(), 3);
-        assert_eq!(svg.matches("class=\"point itl-p99\"").count(), 3);
-        assert_eq!(svg.matches("class=\"stall-threshold\"").count(), 1);
+        assert_eq!(count(&svg, "circle", BLUE), 3, "throughput points");
+        assert_eq!(count(&svg, "circle", ORANGE), 3, "ITL p99 points");
+        assert_eq!(count(&svg, "circle", GREY), 3, "ITL p50 points");
+        assert!(count(&svg, "polyline", RED) > 1, "dashed stall threshold");
+        assert!(svg.contains("stall: gap above"));
         assert!(svg.contains("throughput (tok/s)") && svg.contains("concurrency"));
         assert!(svg.contains("braid &lt;test&gt;"));
     }

@@ -3,204 +3,147 @@
 //! A prefill that blocks decoding shows as one gap through all decoder rows at once,
 //! shaded red where it is a stall, lined up under the long prompt's arrival marker.
 
-use super::{no_data, title, Area, BLUE, GREEN, LIGHT, ORANGE, RED};
+use super::{
+    dashed, fmt_num, legend, no_data, swatch, text, Area, Panel, BLUE, BROWN, GREEN, ORANGE, RED,
+};
+use crate::record::RequestRecord;
 use crate::report::{Report, DECODER, LONG};
 use crate::stats::itls;
-use crate::svg::{fmt_num, nice_ticks, Scale, Svg};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-pub fn chart(r: &Report) -> String {
+const WIDTH: u32 = 1000;
+
+/// One row per request: decoders first, then long prompts.
+fn rows(r: &Report) -> Vec<&RequestRecord> {
     let mut rows: Vec<_> = r.requests.iter().filter(|q| q.group == DECODER).collect();
     rows.extend(r.requests.iter().filter(|q| q.group == LONG));
-    let row_h = (480.0 / rows.len().max(1) as f64).clamp(8.0, 22.0);
-    let width = 1000.0;
-    let plot = Area {
-        x: 110.0,
-        y: 60.0,
-        w: 860.0,
-        h: row_h * rows.len().max(1) as f64,
-    };
-    let height = plot.y + plot.h + 90.0;
-    let mut svg = Svg::new(width, height);
-    title(&mut svg, r, width);
+    rows
+}
+
+/// Pixels per row: as tall as fits, within legible bounds.
+fn row_height(rows: usize) -> f64 {
+    (480.0 / rows.max(1) as f64).clamp(8.0, 22.0)
+}
+
+pub fn size(r: &Report) -> (u32, u32) {
+    let n = rows(r).len().max(1);
+    (WIDTH, (row_height(n) * n as f64) as u32 + 220)
+}
+
+pub fn draw(r: &Report, area: &Area) -> anyhow::Result<()> {
+    let rows = rows(r);
+    let n = rows.len().max(1) as f64;
     let t_max = rows.iter().map(|q| q.finished_at_s()).fold(0.0, f64::max);
     let t_max = if t_max > 0.0 { t_max } else { 1.0 };
-    let xs = Scale {
-        d0: 0.0,
-        d1: t_max,
-        r0: plot.x,
-        r1: plot.x + plot.w,
-        log: false,
+    let x_fmt = |t: &f64| fmt_num(*t);
+    // Row i is the band from n - i - 1 to n - i, so the first row is on top.
+    let panel = Panel {
+        caption: "a tick per token".into(),
+        // The last fifth is left empty for the legend.
+        x: 0.0..t_max * 1.25,
+        y: 0.0..n,
+        x_desc: "time since start (s)",
+        y_desc: "",
+        x_labels: 10,
+        x_fmt: &x_fmt,
+        y_labels: 0,
     };
-    for t in nice_ticks(0.0, t_max, 10) {
-        let x = xs.map(t);
-        svg.line("grid", (x, plot.y), (x, plot.y + plot.h), LIGHT, 1.0, None);
-        svg.text(
-            x,
-            plot.y + plot.h + 16.0,
-            &fmt_num(t),
-            11.0,
-            "middle",
-            "black",
-            0.0,
-        );
-    }
-    svg.text(
-        plot.x + plot.w / 2.0,
-        plot.y + plot.h + 36.0,
-        "time since start (s)",
-        12.0,
-        "middle",
-        "black",
-        0.0,
-    );
+    let mut chart = panel.draw(area)?;
     let stall_s = r.stall_ms / 1e3;
 
     // Long-prompt arrivals and first tokens, drawn through every row.
     for q in rows.iter().filter(|q| q.group == LONG) {
-        let x = xs.map(q.sent_s);
-        svg.line(
-            "arrival-line",
-            (x, plot.y),
-            (x, plot.y + plot.h),
-            ORANGE,
-            1.0,
-            Some("4 3"),
-        );
+        dashed(
+            &mut chart,
+            (q.sent_s, 0.0),
+            (q.sent_s, n),
+            BROWN.stroke_width(1),
+        )?;
         if let Some(t) = q.token_times_s.first() {
-            let x = xs.map(q.sent_s + t);
-            svg.line(
-                "first-token-line",
-                (x, plot.y),
-                (x, plot.y + plot.h),
-                GREEN,
-                1.0,
-                Some("2 3"),
-            );
+            let x = q.sent_s + t;
+            dashed(&mut chart, (x, 0.0), (x, n), GREEN.stroke_width(1))?;
         }
     }
+    let row_px = row_height(rows.len());
+    let name_px = (row_px * 0.6).min(11.0);
     for (i, q) in rows.iter().enumerate() {
-        let y = plot.y + i as f64 * row_h;
-        let mid = y + row_h / 2.0;
-        let colour = if q.group == LONG { ORANGE } else { BLUE };
+        let y = n - i as f64 - 1.0;
+        let mid = y + 0.5;
         let mut name = format!("{} {}", q.group, q.id);
         if !q.ok() {
             name.push_str(" ✗");
         }
-        svg.text(
-            plot.x - 6.0,
-            mid + 4.0,
-            &name,
-            (row_h * 0.6).min(11.0),
-            "end",
-            if q.ok() { "black" } else { RED },
-            0.0,
-        );
+        let (px, py) = chart.backend_coord(&(0.0, mid));
+        let base = area.get_base_pixel();
+        let colour = if q.ok() { BLACK } else { RED };
+        let style = text(name_px, &colour).pos(Pos::new(HPos::Right, VPos::Center));
+        area.draw(&Text::new(name, (px - 6 - base.0, py - base.1), style))?;
+
         let abs: Vec<f64> = q.token_times_s.iter().map(|t| q.sent_s + t).collect();
-        if q.group == DECODER {
-            for (k, g) in itls(&abs).iter().enumerate() {
-                if *g > stall_s {
-                    let (a, b) = (xs.map(abs[k]), xs.map(abs[k + 1]));
-                    svg.rect("stall", a, y + 1.0, b - a, row_h - 2.0, RED, 0.3);
-                }
-            }
+        let tick = if q.group == DECODER {
+            let gaps = itls(&abs);
+            let stalls = gaps.iter().enumerate().filter(|(_, g)| **g > stall_s);
+            chart.draw_series(stalls.map(|(k, _)| {
+                Rectangle::new(
+                    [(abs[k], y + 0.05), (abs[k + 1], y + 0.95)],
+                    RED.mix(0.3).filled(),
+                )
+            }))?;
+            BLUE
         } else {
             let end = abs.first().copied().unwrap_or(q.finished_at_s());
-            let (a, b) = (xs.map(q.sent_s), xs.map(end));
-            svg.rect(
-                "prefill",
-                a,
-                y + row_h * 0.3,
-                b - a,
-                row_h * 0.4,
-                ORANGE,
-                0.25,
-            );
-            svg.marker(
-                "arrival",
-                a,
-                y + row_h * 0.45,
-                (row_h * 0.25).min(5.0),
-                ORANGE,
-            );
-            if let Some(first) = abs.first() {
-                svg.circle(
-                    "first-token",
-                    xs.map(*first),
-                    mid,
-                    (row_h * 0.25).min(4.0),
-                    GREEN,
-                );
-            }
-        }
-        for t in &abs {
-            let x = xs.map(*t);
-            svg.line(
-                "token",
-                (x, y + row_h * 0.2),
-                (x, y + row_h * 0.8),
-                colour,
-                1.0,
-                None,
-            );
-        }
+            let prefill = [(q.sent_s, y + 0.3), (end, y + 0.7)];
+            chart.draw_series([Rectangle::new(prefill, ORANGE.mix(0.25).filled())])?;
+            let size = (row_px * 0.25).min(5.0) as i32;
+            let arrival = (q.sent_s, y + 0.2);
+            chart.draw_series([TriangleMarker::new(arrival, size, BROWN.filled())])?;
+            let first = abs
+                .first()
+                .map(|t| Circle::new((*t, mid), size, GREEN.filled()));
+            chart.draw_series(first)?;
+            ORANGE
+        };
+        chart.draw_series(
+            abs.iter().map(|t| {
+                PathElement::new(vec![(*t, y + 0.2), (*t, y + 0.8)], tick.stroke_width(1))
+            }),
+        )?;
     }
-    svg.line(
-        "axis",
-        (plot.x, plot.y + plot.h),
-        (plot.x + plot.w, plot.y + plot.h),
-        "black",
-        1.0,
-        None,
-    );
-    let ly = plot.y + plot.h + 60.0;
-    svg.text(
-        plot.x,
-        ly,
-        "| token (decoder blue, long prompt orange)",
-        11.0,
-        "start",
-        "black",
-        0.0,
-    );
-    svg.rect("legend", plot.x + 280.0, ly - 10.0, 14.0, 12.0, RED, 0.3);
-    svg.text(
-        plot.x + 298.0,
-        ly,
-        &format!("stall (gap > {} ms)", fmt_num(r.stall_ms)),
-        11.0,
-        "start",
-        "black",
-        0.0,
-    );
-    svg.text(
-        plot.x + 440.0,
-        ly,
-        "▼ long prompt arrives",
-        11.0,
-        "start",
-        ORANGE,
-        0.0,
-    );
-    svg.text(
-        plot.x + 590.0,
-        ly,
-        "● its first token",
-        11.0,
-        "start",
-        GREEN,
-        0.0,
-    );
+
+    // Legend entries only: the marks were drawn above.
+    let entries: [(&str, ShapeStyle); 3] = [
+        ("token of a decoder", BLUE.stroke_width(2)),
+        ("token of a long prompt", ORANGE.stroke_width(2)),
+        ("long prompt arrives", BROWN.stroke_width(2)),
+    ];
+    for (label, style) in entries {
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())?
+            .label(label)
+            .legend(swatch(style));
+    }
+    let stall = format!("stall (gap > {} ms)", fmt_num(r.stall_ms));
+    chart
+        .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
+        .label(stall)
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], RED.mix(0.3).filled()));
+    chart
+        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())?
+        .label("its first token")
+        .legend(|c| Circle::new(c, 4, GREEN.filled()));
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     if rows.is_empty() {
-        no_data(&mut svg, width / 2.0, plot.y + 40.0);
+        no_data(&chart, &panel)?;
     }
-    svg.finish()
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::chart::render;
-    use crate::chart::tests::assert_well_formed;
+    use crate::chart::tests::{assert_well_formed, count};
     use crate::fixtures::{record, report, times};
     use crate::record::Outcome;
 
@@ -216,13 +159,14 @@ mod tests {
             record(2, LONG, 0.3, &times(0.4, 0.05, 3), Outcome::Ok),
             record(3, LONG, 0.9, &[], Outcome::HttpError),
         ];
-        let svg = render(&report("interference", "x", recs));
+        let svg = render(&report("interference", "x", recs)).unwrap();
         assert_well_formed(&svg);
-        assert_eq!(svg.matches("class=\"token\"").count(), 23);
-        assert_eq!(svg.matches("class=\"stall\"").count(), 1);
-        assert_eq!(svg.matches("class=\"arrival\"").count(), 2);
-        assert_eq!(svg.matches("class=\"first-token\"").count(), 1);
-        assert_eq!(svg.matches("class=\"arrival-line\"").count(), 2);
+        // Each count includes the mark's legend entry.
+        assert_eq!(count(&svg, "polyline", BLUE), 20 + 1, "decoder ticks");
+        assert_eq!(count(&svg, "polyline", ORANGE), 3 + 1, "long-prompt ticks");
+        assert_eq!(count(&svg, "rect", RED), 1 + 1, "stalls");
+        assert_eq!(count(&svg, "polygon", BROWN), 2, "arrivals");
+        assert_eq!(count(&svg, "circle", GREEN), 1 + 1, "first tokens");
         assert!(svg.contains("long 3 ✗") && svg.contains("time since start (s)"));
     }
 }

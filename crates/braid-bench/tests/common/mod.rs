@@ -143,3 +143,17 @@ async fn completions(
         .body(Body::from_stream(stream))
         .unwrap()
 }
+
+/// The chart colours of braid-bench's marks, as its SVG writes them.
+pub const BLUE: &str = "#1F77B4";
+pub const ORANGE: &str = "#FF7F0E";
+pub const GREEN: &str = "#2CA02C";
+
+/// How many `<tag>` elements of a chart are drawn in `colour`.
+pub fn drawn(svg: &str, tag: &str, colour: &str) -> usize {
+    let open = format!("<{tag} ");
+    let colour = format!("\"{colour}\"");
+    svg.lines()
+        .filter(|l| l.starts_with(&open) && l.contains(&colour))
+        .count()
+}
