@@ -249,18 +249,9 @@ impl BlockAllocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
     use std::collections::{HashMap, HashSet};
-
-    /// xorshift64*: deterministic random numbers from `seed`, without a dependency.
-    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
-        let mut state = seed;
-        move || {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-    }
 
     #[test]
     fn allocate_and_free_round_trip() {
@@ -335,14 +326,14 @@ mod tests {
     /// Random alloc/free sequences: free + used == total, and the held sets never overlap.
     #[test]
     fn random_alloc_free_keeps_the_books() {
-        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
+        let mut rng = StdRng::seed_from_u64(0x9E37_79B9_7F4A_7C15);
         for round in 0..200 {
-            let total = 1 + (next() % 64) as usize;
+            let total = rng.random_range(1..=64);
             let mut a = BlockAllocator::new(total);
             let mut held: Vec<Vec<BlockId>> = Vec::new();
             for _ in 0..300 {
-                if next() % 2 == 0 || held.is_empty() {
-                    let n = (next() % 9) as usize;
+                if rng.random_bool(0.5) || held.is_empty() {
+                    let n = rng.random_range(0..9);
                     let before = a.num_free();
                     match a.allocate(n) {
                         Some(b) => {
@@ -355,7 +346,7 @@ mod tests {
                         }
                     }
                 } else {
-                    let i = (next() as usize) % held.len();
+                    let i = rng.random_range(0..held.len());
                     a.free(&held.swap_remove(i));
                 }
                 let used: usize = held.iter().map(Vec::len).sum();
@@ -440,16 +431,16 @@ mod tests {
     /// agree with the reference counts, and the books always balance.
     #[test]
     fn eviction_never_takes_a_held_block() {
-        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
+        let mut rng = StdRng::seed_from_u64(0x2545_F491_4F6C_DD1D);
         for round in 0..200 {
-            let total = 1 + (next() % 24) as usize;
+            let total = rng.random_range(1..=24);
             let mut a = BlockAllocator::new(total);
             // Holders: each a list of blocks it holds one reference to.
             let mut held: Vec<Vec<BlockId>> = Vec::new();
             for _ in 0..400 {
-                match next() % 4 {
+                match rng.random_range(0..4) {
                     0 | 1 => {
-                        let n = (next() % 5) as usize;
+                        let n = rng.random_range(0..5);
                         let before = a.num_free();
                         let holds = |b: BlockId| held.iter().flatten().any(|&h| h == b);
                         match a.allocate(n) {
@@ -466,17 +457,17 @@ mod tests {
                     2 => {
                         // Register some held block under a small hash space (collisions
                         // included), or hit a random cached hash.
-                        if next() % 2 == 0 {
+                        if rng.random_bool(0.5) {
                             if let Some(&b) = held.iter().flatten().next() {
-                                a.register(b, (next() % 16) as BlockHash);
+                                a.register(b, rng.random_range(0..16));
                             }
-                        } else if let Some(b) = a.lookup((next() % 16) as BlockHash) {
+                        } else if let Some(b) = a.lookup(rng.random_range(0..16)) {
                             a.acquire(b);
                             held.push(vec![b]);
                         }
                     }
                     _ if !held.is_empty() => {
-                        let i = (next() as usize) % held.len();
+                        let i = rng.random_range(0..held.len());
                         a.free_table(&held.swap_remove(i));
                     }
                     _ => {}

@@ -2,31 +2,27 @@
 #![allow(dead_code)]
 
 use braid_sched::{BlockAllocator, Scheduler, SchedulerConfig, SeqId, StepPlan};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use std::time::Duration;
 
-/// xorshift64*: deterministic, dependency-free.
-pub struct Rng(u64);
+/// A seeded RNG: the same seed gives the same workload on every run and machine.
+pub struct Rng(StdRng);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        Self(StdRng::seed_from_u64(seed))
     }
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+        self.0.random_range(lo..=hi)
     }
     /// Uniform in `[0, 1)`.
     pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.random()
     }
     pub fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
+        self.0.random_bool(p)
     }
 }
 
