@@ -22,6 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
 use std::str::FromStr;
+use subtle::{Choice, ConstantTimeEq};
 
 /// Routes anyone may call, keys or not (`/metrics` only without `--protect-metrics`).
 const OPEN_ROUTES: &[&str] = &["/health", "/dashboard", "/openapi.json"];
@@ -97,35 +98,34 @@ impl Auth {
     }
 
     fn accepts_counting(&self, presented: &[u8], on_compare: &mut dyn FnMut(usize)) -> bool {
-        let mut matched = 0u8;
+        let mut matched = Choice::from(0);
         for (i, key) in self.keys.iter().enumerate() {
             on_compare(i);
-            matched |= constant_time_eq(presented, key.as_bytes()) as u8;
+            matched |= matches(presented, key.as_bytes());
         }
-        std::hint::black_box(matched) == 1
+        matched.into()
     }
 }
 
-/// Whether `presented` equals `key`, in time that depends only on `presented.len()`: every
-/// byte of `presented` is read and compared, wherever the first difference is.
+/// Whether `presented` equals `key`, in time that depends only on `presented.len()`.
 pub fn constant_time_eq(presented: &[u8], key: &[u8]) -> bool {
-    compare(presented, key, |_| {})
+    matches(presented, key).into()
 }
 
-/// `constant_time_eq`, calling `on_read(i)` for every byte it reads (for the unit test).
-#[inline(always)]
-fn compare(presented: &[u8], key: &[u8], mut on_read: impl FnMut(usize)) -> bool {
+/// `subtle` compares equal-length slices in constant time but returns at once when the lengths
+/// differ, which would tell a client when it has guessed the key's length. So `presented` is
+/// compared against the key repeated to its own length, and the lengths separately.
+fn matches(presented: &[u8], key: &[u8]) -> Choice {
     if key.is_empty() {
-        return false;
+        return Choice::from(0);
     }
-    // A length difference is folded in, not returned early; a presented value shorter or
-    // longer than the key is still read to its end (against the key repeated).
-    let mut diff = u8::from(presented.len() != key.len());
-    for (i, &p) in presented.iter().enumerate() {
-        on_read(i);
-        diff |= p ^ key[i % key.len()];
-    }
-    std::hint::black_box(diff) == 0
+    let same_len = (presented.len() as u64).ct_eq(&(key.len() as u64));
+    presented.ct_eq(&repeated(key, presented.len())) & same_len
+}
+
+/// `key` repeated, or cut, to `len` bytes.
+fn repeated(key: &[u8], len: usize) -> Vec<u8> {
+    key.iter().cycle().take(len).copied().collect()
 }
 
 /// What a request presented as its key.
@@ -204,40 +204,41 @@ pub async fn require_key(
 mod tests {
     use super::*;
 
-    fn reads(presented: &[u8], key: &[u8]) -> (bool, Vec<usize>) {
-        let mut seen = vec![];
-        let eq = compare(presented, key, |i| seen.push(i));
-        (eq, seen)
+    const KEY: &[u8] = b"sk-braid-0123456789abcdef";
+
+    #[test]
+    fn the_key_matches_and_one_wrong_byte_anywhere_does_not() {
+        assert!(constant_time_eq(KEY, KEY));
+        let n = KEY.len();
+        for pos in [0, n / 2, n - 1] {
+            let mut wrong = KEY.to_vec();
+            wrong[pos] ^= 0x01;
+            assert!(!constant_time_eq(&wrong, KEY), "mismatch at {pos}");
+        }
+        assert!(!constant_time_eq(&vec![b'x'; n], KEY), "every byte wrong");
     }
 
     #[test]
-    fn compare_reads_every_byte_wherever_the_mismatch_is() {
-        let key = b"sk-braid-0123456789abcdef";
-        let n = key.len();
-        let all: Vec<usize> = (0..n).collect();
-        // Equal, and one wrong byte at the start, in the middle, at the end.
-        let (eq, seen) = reads(key, key);
-        assert!(eq);
-        assert_eq!(seen, all);
-        for pos in [0, n / 2, n - 1] {
-            let mut wrong = key.to_vec();
-            wrong[pos] ^= 0x01;
-            let (eq, seen) = reads(&wrong, key);
-            assert!(!eq, "mismatch at {pos}");
-            assert_eq!(seen, all, "mismatch at {pos}: the same bytes are read");
-        }
-        // Every byte wrong: still the same work.
-        let (eq, seen) = reads(&vec![b'x'; n], key);
-        assert!(!eq);
-        assert_eq!(seen, all);
-        // Other lengths: the work follows the presented value's length only.
+    fn a_prefix_or_repetition_of_the_key_does_not_match() {
+        let n = KEY.len();
         for len in [0, 1, n - 1, n + 1, 3 * n] {
-            let presented: Vec<u8> = key.iter().cycle().take(len).copied().collect();
-            let (eq, seen) = reads(&presented, key);
-            assert!(!eq, "length {len}");
-            assert_eq!(seen, (0..len).collect::<Vec<_>>());
+            let presented = repeated(KEY, len);
+            assert!(!constant_time_eq(&presented, KEY), "length {len}");
         }
-        assert!(!constant_time_eq(b"", b""), "an empty key matches nothing");
+    }
+
+    #[test]
+    fn the_comparison_runs_over_the_presented_length_whatever_the_key_length() {
+        let n = KEY.len();
+        for len in [0, 1, n - 1, n, n + 1, 3 * n] {
+            assert_eq!(repeated(KEY, len).len(), len);
+        }
+    }
+
+    #[test]
+    fn an_empty_key_matches_nothing() {
+        assert!(!constant_time_eq(b"", b""));
+        assert!(!constant_time_eq(b"x", b""));
     }
 
     #[test]
