@@ -274,46 +274,86 @@ fn check_origin(origin: &str) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    fn defaults() -> ServeArgs {
+        ServeArgs::with_model("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    }
+
     #[test]
-    fn defaults_and_derived_values() {
-        let a = ServeArgs::with_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    fn the_defaults_pass_the_check() {
+        defaults().check().unwrap();
+    }
+
+    #[test]
+    fn the_default_port_is_8080_and_the_connection_cap_512() {
+        let a = defaults();
         assert_eq!(a.port, 8080);
-        assert_eq!(a.served_model_name(), "SmolLM2-135M-Instruct.Q4_1");
-        let e = a.to_engine_config();
+        assert_eq!(a.max_connections, 512);
+    }
+
+    #[test]
+    fn by_default_the_server_is_open_with_no_cors() {
+        let a = defaults();
+        assert!(a.api_keys.is_empty() && a.cors_origins.is_empty() && !a.protect_metrics);
+    }
+
+    #[test]
+    fn the_default_engine_has_a_latency_target_chunked_prefill_and_prefix_caching() {
+        let e = defaults().to_engine_config();
         assert_eq!(e.itl_target, Some(Duration::from_millis(100)));
         assert!(e.chunked_prefill);
         assert!(e.prefix_caching);
         assert_eq!(e.max_waiting, 256);
-        assert_eq!(a.hub_model(), None);
-        let hub = ServeArgs {
-            hf_repo: Some("owner/repo".into()),
-            hf_file: Some("sub/m.Q8_0.gguf".into()),
-            ..a.clone()
-        };
-        assert_eq!(hub.served_model_name(), "m.Q8_0");
-        assert_eq!(hub.hub_model().unwrap().revision, "main");
-        a.check().unwrap();
+    }
+
+    #[test]
+    fn a_zero_itl_target_and_no_chunked_prefill_turn_both_off() {
         let off = ServeArgs {
             itl_target_ms: 0,
             no_chunked_prefill: true,
-            ..a.clone()
+            ..defaults()
         };
         assert_eq!(off.to_engine_config().itl_target, None);
         assert!(!off.to_engine_config().chunked_prefill);
-        assert!(ServeArgs {
+    }
+
+    #[test]
+    fn a_local_model_is_served_under_its_file_name_without_gguf_and_no_hub() {
+        let a = defaults();
+        assert_eq!(a.served_model_name(), "SmolLM2-135M-Instruct.Q4_1");
+        assert_eq!(a.hub_model(), None);
+    }
+
+    #[test]
+    fn a_hub_model_is_served_under_its_file_name_at_revision_main() {
+        let hub = ServeArgs {
+            hf_repo: Some("owner/repo".into()),
+            hf_file: Some("sub/m.Q8_0.gguf".into()),
+            ..defaults()
+        };
+        assert_eq!(hub.served_model_name(), "m.Q8_0");
+        assert_eq!(hub.hub_model().unwrap().revision, "main");
+    }
+
+    #[test]
+    fn a_zero_block_size_is_refused() {
+        let args = ServeArgs {
             block_size: 0,
-            ..a.clone()
-        }
-        .check()
-        .is_err());
-        assert_eq!(a.max_connections, 512);
-        assert!(a.api_keys.is_empty() && a.cors_origins.is_empty() && !a.protect_metrics);
-        assert!(ServeArgs {
+            ..defaults()
+        };
+        assert!(args.check().is_err());
+    }
+
+    #[test]
+    fn protect_metrics_without_an_api_key_is_refused() {
+        let args = ServeArgs {
             protect_metrics: true,
-            ..a.clone()
-        }
-        .check()
-        .is_err());
+            ..defaults()
+        };
+        assert!(args.check().is_err());
+    }
+
+    #[test]
+    fn a_cors_origin_is_star_or_http_scheme_and_host_without_a_path() {
         for (origin, ok) in [
             ("*", true),
             ("https://app.example.com", true),
@@ -324,7 +364,7 @@ mod tests {
         ] {
             let args = ServeArgs {
                 cors_origins: vec![origin.into()],
-                ..a.clone()
+                ..defaults()
             };
             assert_eq!(args.check().is_ok(), ok, "{origin}");
         }

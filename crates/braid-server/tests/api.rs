@@ -2,9 +2,15 @@
 //! stop strings, limits, and the side endpoints.
 
 mod common;
+mod shared_server;
 
-use common::{start, MODEL_NAME};
+use common::{start, TestServer, MODEL_NAME};
 use serde_json::{json, Value};
+
+/// The server these tests share: none of them stops it or needs its counters to itself.
+fn server() -> &'static TestServer {
+    shared_server::shared_server(|_| {})
+}
 
 fn parse(chunks: &[String]) -> (Vec<Value>, bool) {
     let done = chunks.last().map(String::as_str) == Some("[DONE]");
@@ -23,7 +29,7 @@ fn parse(chunks: &[String]) -> (Vec<Value>, bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_has_openai_shape_and_usage() {
-    let s = start().await;
+    let s = server();
     let (status, body) = s
         .post(
             "/v1/completions",
@@ -57,12 +63,11 @@ async fn completion_has_openai_shape_and_usage() {
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["usage"]["prompt_tokens"], 2);
-    s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_completion_ends_with_usage_and_done() {
-    let s = start().await;
+    let s = server();
     let req = json!({"prompt": "hello", "max_tokens": 6, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0});
     let (status, chunks) = s.stream("/v1/completions", req).await;
     assert_eq!(status, 200);
@@ -112,12 +117,11 @@ async fn streaming_completion_ends_with_usage_and_done() {
         events.iter().all(|e| e.get("usage").is_none()),
         "{events:?}"
     );
-    s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_completion_and_stream() {
-    let s = start().await;
+    let s = server();
     let messages = json!([{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}]);
     let (status, body) = s
         .post(
@@ -156,7 +160,6 @@ async fn chat_completion_and_stream() {
         events[events.len() - 2]["choices"][0]["finish_reason"],
         "length"
     );
-    s.shutdown().await;
 }
 
 /// Greedy text and per-token texts of `prompt`, via legacy logprobs.
@@ -177,8 +180,8 @@ async fn greedy(s: &common::TestServer, prompt: &str, max_tokens: u32) -> (Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_string_spanning_tokens_cuts_the_text() {
-    let s = start().await;
-    let (text, tokens) = greedy(&s, "the cat", 60).await;
+    let s = server();
+    let (text, tokens) = greedy(s, "the cat", 60).await;
     assert_eq!(tokens.len(), 60);
     // Two neighbouring tokens of plain printable ASCII: the stop string is the last character
     // of one and the first of the next, so it can only match across the boundary.
@@ -223,12 +226,11 @@ async fn stop_string_spanning_tokens_cuts_the_text() {
         events.last().unwrap()["choices"][0]["finish_reason"],
         "stop"
     );
-    s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_and_echo_shapes() {
-    let s = start().await;
+    let s = server();
     let (status, body) = s
         .post(
             "/v1/completions",
@@ -270,16 +272,17 @@ async fn logprobs_and_echo_shapes() {
             .starts_with("echo me"),
         "{body}"
     );
-    s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_models_metrics_tokenize() {
-    let s = start().await;
-    let (status, body) = s.get("/health").await;
+async fn health_is_200_status_ok() {
+    let (status, body) = server().get("/health").await;
     assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+}
 
-    let (status, body) = s.get("/v1/models").await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_lists_the_served_model_with_its_context_length() {
+    let (status, body) = server().get("/v1/models").await;
     assert_eq!(status, 200);
     let models: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(models["object"], "list");
@@ -287,9 +290,18 @@ async fn health_models_metrics_tokenize() {
     assert_eq!(models["data"][0]["object"], "model");
     assert_eq!(models["data"][0]["owned_by"], "braid");
     assert_eq!(models["data"][0]["max_model_len"], 512);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_served_model_is_200_by_id_and_another_id_is_404() {
+    let s = server();
     assert_eq!(s.get(&format!("/v1/models/{MODEL_NAME}")).await.0, 200);
     assert_eq!(s.get("/v1/models/other").await.0, 404);
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_has_queue_kv_cache_and_first_token_series_after_a_request() {
+    let s = server();
     let _ = s
         .post("/v1/completions", json!({"prompt": "a", "max_tokens": 2}))
         .await;
@@ -303,7 +315,11 @@ async fn health_models_metrics_tokenize() {
     ] {
         assert!(text.contains(name), "/metrics lacks {name}");
     }
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_counts_its_tokens_and_detokenize_gives_the_text_back() {
+    let s = server();
     let (status, body) = s.post("/tokenize", json!({"prompt": "hello there"})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["max_model_len"], 512);
@@ -315,8 +331,11 @@ async fn health_models_metrics_tokenize() {
     let (status, body) = s.post("/detokenize", json!({"tokens": tokens})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["prompt"], "hello there");
+}
 
-    let (status, body) = s
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_takes_chat_messages_through_the_template() {
+    let (status, body) = server()
         .post(
             "/tokenize",
             json!({"messages": [{"role": "user", "content": "hi"}]}),
@@ -324,14 +343,17 @@ async fn health_models_metrics_tokenize() {
         .await;
     assert_eq!(status, 200, "{body}");
     assert!(body["count"].as_u64().unwrap() > 2);
-    let (status, body) = s.post("/detokenize", json!({"tokens": [999]})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detokenize_of_a_token_outside_the_vocabulary_is_400() {
+    let (status, body) = server().post("/detokenize", json!({"tokens": [999]})).await;
     assert_eq!(status, 400, "{body}");
-    s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_tokens_ends_with_length_and_chat_default_fits_the_context() {
-    let s = start().await;
+    let s = server();
     let (_, body) = s
         .post(
             "/v1/completions",
@@ -350,5 +372,15 @@ async fn max_tokens_ends_with_length_and_chat_default_fits_the_context() {
     assert_eq!(status, 200, "{body}");
     let usage = &body["usage"];
     assert_eq!(usage["total_tokens"], 512, "{usage}");
+}
+
+/// On a server of its own, since it stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_has_served_shuts_down_cleanly() {
+    let s = start().await;
+    let (status, body) = s
+        .post("/v1/completions", json!({"prompt": "a", "max_tokens": 2}))
+        .await;
+    assert_eq!(status, 200, "{body}");
     s.shutdown().await;
 }

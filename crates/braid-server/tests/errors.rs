@@ -2,111 +2,247 @@
 //! serving afterwards; overload, draining and slow clients are answered, not hung.
 
 mod common;
+mod shared_server;
 
-use common::{error_message, start, start_with};
-use serde_json::json;
+use common::{error_message, start, start_with, TestServer};
+use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_requests_get_status_and_openai_error_body() {
-    let s = start().await;
-    let cases: Vec<(&str, &str, String, u16, &str)> = vec![
-        ("broken JSON", "/v1/completions", r#"{"prompt": "a""#.into(), 400, "not valid JSON"),
-        ("NaN is not JSON", "/v1/completions", r#"{"prompt": "a", "temperature": NaN}"#.into(), 400, "not valid JSON"),
-        ("wrong type", "/v1/completions", r#"{"prompt": "a", "temperature": "hot"}"#.into(), 400, "temperature"),
-        ("wrong type in chat", "/v1/chat/completions", r#"{"messages": "hi"}"#.into(), 400, "messages"),
-        ("negative max_tokens", "/v1/completions", r#"{"prompt": "a", "max_tokens": -1}"#.into(), 400, "`max_tokens` must be >= 1, got -1"),
-        ("temperature < 0", "/v1/completions", r#"{"prompt": "a", "temperature": -0.5}"#.into(), 400, "`temperature` must be >= 0 and <= 2, got -0.5"),
-        ("top_p = 0", "/v1/chat/completions", r#"{"messages": [{"role":"user","content":"a"}], "top_p": 0}"#.into(), 400, "`top_p` must be > 0"),
-        ("missing prompt", "/v1/completions", r#"{"max_tokens": 3}"#.into(), 400, "`prompt` is required"),
-        ("empty prompt", "/v1/completions", r#"{"prompt": ""}"#.into(), 400, "`prompt` must not be empty"),
-        ("token id outside the vocabulary", "/v1/completions", r#"{"prompt": [1, 5000]}"#.into(), 400, "token id 5000"),
-        ("n = 2", "/v1/completions", r#"{"prompt": "a", "n": 2}"#.into(), 400, "`n` must be 1"),
-        ("too many stops", "/v1/completions", r#"{"prompt": "a", "stop": ["a","b","c","d","e"]}"#.into(), 400, "at most 4"),
-        ("unknown model", "/v1/completions", r#"{"prompt": "a", "model": "gpt-9"}"#.into(), 404, "`gpt-9` does not exist"),
-        ("unknown model in chat", "/v1/chat/completions", r#"{"messages": [{"role":"user","content":"a"}], "model": "x"}"#.into(), 404, "does not exist"),
-        (
-            "prompt too long",
-            "/v1/completions",
-            json!({"prompt": "x".repeat(500), "max_tokens": 100}).to_string(),
-            400,
-            "prompt (500 tokens) + max_tokens (100) = 600 exceeds the model's context of 512 tokens",
-        ),
-        ("prompt fills the context", "/v1/completions", json!({"prompt": "x".repeat(700)}).to_string(), 400, "(700 tokens) fills the model's context of 512"),
-    ];
-    for (what, path, body, want_status, want_message) in cases {
-        let (status, _, body) = s.post_raw(path, "application/json", body).await;
-        assert_eq!(status, want_status, "{what}: {body}");
-        let message = error_message(&body);
-        assert!(
-            message.contains(want_message),
-            "{what}: {message:?} should contain {want_message:?}"
-        );
-        if want_status == 404 {
-            assert_eq!(body["error"]["code"], "model_not_found", "{what}");
-        }
-        // The server is unharmed.
-        let (status, ok) = s
-            .post("/v1/completions", json!({"prompt": "a", "max_tokens": 2}))
-            .await;
-        assert_eq!(status, 200, "after {what}: {ok}");
-    }
-    let (_, _, body) = s
-        .post_raw(
-            "/v1/completions",
-            "application/json",
-            r#"{"prompt": "a", "temperature": -1}"#,
-        )
+/// Small enough that a test can exceed it cheaply.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+fn small_bodies(args: &mut braid_server::ServeArgs) {
+    args.max_body_bytes = MAX_BODY_BYTES;
+}
+
+/// The server the refusal tests share; it must keep serving whatever they send it.
+fn server() -> &'static TestServer {
+    shared_server::shared_server(small_bodies)
+}
+
+/// Asserts that a completion still succeeds: a refused request leaves the server unharmed.
+async fn assert_still_serving(s: &TestServer, after: &str) {
+    let (status, ok) = s
+        .post("/v1/completions", json!({"prompt": "a", "max_tokens": 2}))
         .await;
+    assert_eq!(status, 200, "after {after}: {ok}");
+}
+
+/// Posts the JSON text `body` to `path` on the shared server and asserts the refusal: `status`,
+/// OpenAI's error body with a message containing `message` (and code `model_not_found` on a
+/// 404), and a server still serving afterwards. Returns the error body.
+async fn assert_refused(path: &str, body: impl Into<String>, status: u16, message: &str) -> Value {
+    let s = server();
+    let body = body.into();
+    let (got, _, answer) = s.post_raw(path, "application/json", body.clone()).await;
+    assert_eq!(got, status, "{body}: {answer}");
+    let said = error_message(&answer);
+    assert!(
+        said.contains(message),
+        "{body}: {said:?} should contain {message:?}"
+    );
+    if status == 404 {
+        assert_eq!(answer["error"]["code"], "model_not_found", "{body}");
+    }
+    assert_still_serving(s, &body).await;
+    answer
+}
+
+/// A test named `$name` that posts `$body` to `$path` and asserts the refusal.
+macro_rules! refused {
+    ($name:ident: $path:expr, $body:expr => $status:expr, $message:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            assert_refused($path, $body, $status, $message).await;
+        }
+    };
+}
+
+refused!(
+    broken_json_is_400_not_valid_json:
+    "/v1/completions", r#"{"prompt": "a""#
+    => 400, "not valid JSON"
+);
+
+refused!(
+    nan_is_400_not_valid_json:
+    "/v1/completions", r#"{"prompt": "a", "temperature": NaN}"#
+    => 400, "not valid JSON"
+);
+
+refused!(
+    a_field_of_the_wrong_type_is_400_naming_it:
+    "/v1/completions", r#"{"prompt": "a", "temperature": "hot"}"#
+    => 400, "temperature"
+);
+
+refused!(
+    a_chat_field_of_the_wrong_type_is_400_naming_it:
+    "/v1/chat/completions", r#"{"messages": "hi"}"#
+    => 400, "messages"
+);
+
+refused!(
+    negative_max_tokens_is_400_with_the_bound_and_the_value:
+    "/v1/completions", r#"{"prompt": "a", "max_tokens": -1}"#
+    => 400, "`max_tokens` must be >= 1, got -1"
+);
+
+refused!(
+    negative_temperature_is_400_with_the_bounds_and_the_value:
+    "/v1/completions", r#"{"prompt": "a", "temperature": -0.5}"#
+    => 400, "`temperature` must be >= 0 and <= 2, got -0.5"
+);
+
+refused!(
+    zero_top_p_is_400_with_the_bound:
+    "/v1/chat/completions", r#"{"messages": [{"role":"user","content":"a"}], "top_p": 0}"#
+    => 400, "`top_p` must be > 0"
+);
+
+refused!(
+    a_missing_prompt_is_400:
+    "/v1/completions", r#"{"max_tokens": 3}"#
+    => 400, "`prompt` is required"
+);
+
+refused!(
+    an_empty_prompt_is_400:
+    "/v1/completions", r#"{"prompt": ""}"#
+    => 400, "`prompt` must not be empty"
+);
+
+refused!(
+    a_token_id_outside_the_vocabulary_is_400_naming_it:
+    "/v1/completions", r#"{"prompt": [1, 5000]}"#
+    => 400, "token id 5000"
+);
+
+refused!(
+    more_than_one_choice_is_400:
+    "/v1/completions", r#"{"prompt": "a", "n": 2}"#
+    => 400, "`n` must be 1"
+);
+
+refused!(
+    more_than_four_stop_strings_is_400:
+    "/v1/completions", r#"{"prompt": "a", "stop": ["a","b","c","d","e"]}"#
+    => 400, "at most 4"
+);
+
+refused!(
+    an_unknown_model_is_404_model_not_found_naming_it:
+    "/v1/completions", r#"{"prompt": "a", "model": "gpt-9"}"#
+    => 404, "`gpt-9` does not exist"
+);
+
+refused!(
+    an_unknown_model_in_chat_is_404_model_not_found:
+    "/v1/chat/completions", r#"{"messages": [{"role":"user","content":"a"}], "model": "x"}"#
+    => 404, "does not exist"
+);
+
+refused!(
+    a_prompt_plus_max_tokens_past_the_context_is_400_with_the_sum:
+    "/v1/completions", json!({"prompt": "x".repeat(500), "max_tokens": 100}).to_string()
+    => 400, "prompt (500 tokens) + max_tokens (100) = 600 exceeds the model's context of 512 tokens"
+);
+
+refused!(
+    a_prompt_that_fills_the_context_is_400:
+    "/v1/completions", json!({"prompt": "x".repeat(700)}).to_string()
+    => 400, "(700 tokens) fills the model's context of 512"
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_parameter_is_named_in_param_with_type_invalid_request_error() {
+    let body = assert_refused(
+        "/v1/completions",
+        r#"{"prompt": "a", "temperature": -1}"#,
+        400,
+        "temperature",
+    )
+    .await;
     assert_eq!(body["error"]["param"], "temperature");
     assert_eq!(body["error"]["type"], "invalid_request_error");
-    s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn routes_methods_content_types_and_sizes() {
-    let s = start_with(|a| a.max_body_bytes = 64 * 1024).await;
-
+async fn an_unknown_route_is_404_with_openai_error_body_naming_it() {
+    let s = server();
     let r = s.http.get(s.url("/v1/nothing")).send().await.unwrap();
     assert_eq!(r.status(), 404);
-    let body: serde_json::Value = r.json().await.unwrap();
+    let body: Value = r.json().await.unwrap();
     assert!(error_message(&body).contains("/v1/nothing"));
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_method_is_405_with_openai_error_body_naming_it() {
+    let s = server();
     let r = s.http.get(s.url("/v1/completions")).send().await.unwrap();
     assert_eq!(r.status(), 405);
-    let body: serde_json::Value = r.json().await.unwrap();
+    let body: Value = r.json().await.unwrap();
     assert!(error_message(&body).contains("GET"));
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_json_is_415_asking_for_application_json() {
+    let s = server();
     let (status, _, body) = s
         .post_raw("/v1/completions", "text/plain", r#"{"prompt": "a"}"#)
         .await;
     assert_eq!(status, 415);
     assert!(error_message(&body).contains("application/json"));
+}
 
-    // Too large, announced by Content-Length and streamed without one.
-    let big = json!({"prompt": "x".repeat(100 * 1024)}).to_string();
-    let (status, _, body) = s
-        .post_raw("/v1/completions", "application/json", big.clone())
-        .await;
-    assert_eq!(status, 413);
-    assert!(error_message(&body).contains("65536 bytes"));
-    let chunks: Vec<Result<String, std::io::Error>> = big
+/// A JSON body over --max-body-bytes.
+fn too_large() -> String {
+    json!({"prompt": "x".repeat(100 * 1024)}).to_string()
+}
+
+/// `too_large()` in 8 KiB chunks with no Content-Length, so only reading it shows its size.
+fn streamed_too_large() -> reqwest::Body {
+    let chunks: Vec<Result<String, std::io::Error>> = too_large()
         .as_bytes()
         .chunks(8192)
         .map(|c| Ok(String::from_utf8(c.to_vec()).unwrap()))
         .collect();
-    let streamed = reqwest::Body::wrap_stream(futures::stream::iter(chunks));
+    reqwest::Body::wrap_stream(futures::stream::iter(chunks))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_announced_larger_than_max_body_bytes_is_413_naming_the_limit() {
+    let s = server();
     let (status, _, body) = s
-        .post_raw("/v1/completions", "application/json", streamed)
+        .post_raw("/v1/completions", "application/json", too_large())
+        .await;
+    assert_eq!(status, 413);
+    assert!(error_message(&body).contains("65536 bytes"));
+    assert_still_serving(s, "a 413").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_larger_than_max_body_bytes_is_413() {
+    let s = server();
+    let (status, _, body) = s
+        .post_raw("/v1/completions", "application/json", streamed_too_large())
         .await;
     assert_eq!(status, 413, "{body}");
+    assert_still_serving(s, "a streamed 413").await;
+}
 
-    let (status, ok) = s
-        .post("/v1/completions", json!({"prompt": "a", "max_tokens": 2}))
+/// On a server of its own, so that no other test's refusals are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_bodies_are_counted_in_request_errors_by_status() {
+    let s = start_with(small_bodies).await;
+    let (announced, _, _) = s
+        .post_raw("/v1/completions", "application/json", too_large())
         .await;
-    assert_eq!(status, 200, "{ok}");
-
+    let (streamed, _, _) = s
+        .post_raw("/v1/completions", "application/json", streamed_too_large())
+        .await;
+    assert_eq!((announced, streamed), (413, 413));
     let (_, text) = s.get("/metrics").await;
     let line = text
         .lines()
