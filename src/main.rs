@@ -1,6 +1,5 @@
 //! The `braid` command line: serving, the model's own tools, and the benchmarks.
 
-use anyhow::Context;
 use braid_model::generate::{generate, GenerateOptions};
 use braid_model::{ChatMessage, IncrementalDecoder, LoadedModel, SamplingParams};
 use clap::{Args, Parser, Subcommand};
@@ -105,18 +104,12 @@ struct GenArgs {
 
 impl ModelArgs {
     fn load(&self) -> anyhow::Result<LoadedModel> {
-        init_threads(self.threads)?;
+        let threads = self
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        braid_engine::compute_pool::init(threads);
         Ok(LoadedModel::load(&self.model)?)
     }
-}
-
-fn init_threads(threads: Option<usize>) -> anyhow::Result<()> {
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(|i| format!("braid-compute-{i}"))
-        .build_global()
-        .context("starting the compute threads")
 }
 
 fn stream(m: &LoadedModel, prompt: &[u32], gen: &GenArgs) -> anyhow::Result<()> {
@@ -198,8 +191,8 @@ fn run() -> anyhow::Result<()> {
                 .encode(&m.chat_template.render(&messages, true)?)?;
             stream(&m, &ids, &gen)?;
         }
+        // The server sets up the compute pool itself (`braid_server::start`).
         Command::Serve(args) => {
-            init_threads(Some(args.threads()))?;
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?

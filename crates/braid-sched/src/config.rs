@@ -89,6 +89,33 @@ impl SchedulerConfig {
     pub fn pool_tokens(&self) -> usize {
         self.num_blocks * self.block_size
     }
+
+    /// Whether a request of this shape could ever run, whatever else is queued: the checks
+    /// of [`crate::Scheduler::add`] that do not depend on the queue, so a front end can
+    /// refuse such a request before it submits it.
+    pub fn check_request(&self, prompt_len: usize, max_new_tokens: usize) -> Result<(), AddError> {
+        if prompt_len == 0 {
+            return Err(AddError::EmptyPrompt);
+        }
+        if max_new_tokens == 0 {
+            return Err(AddError::ZeroMaxNewTokens);
+        }
+        if prompt_len.saturating_add(max_new_tokens) > self.max_model_len {
+            return Err(AddError::TooLong {
+                prompt_len,
+                max_new_tokens,
+                max_model_len: self.max_model_len,
+            });
+        }
+        let needed_tokens = crate::Sequence::kv_tokens_for(prompt_len, max_new_tokens);
+        if crate::BlockAllocator::blocks_for(needed_tokens, self.block_size) > self.num_blocks {
+            return Err(AddError::ExceedsKvPool {
+                needed_tokens,
+                pool_tokens: self.pool_tokens(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Why [`crate::Scheduler::add`] refused a request.

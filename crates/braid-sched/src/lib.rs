@@ -9,20 +9,27 @@
 //!
 //! ```text
 //! loop {
-//!     for r in new_requests { sched.add(id, prompt, max_tokens, now)? }   // refuse → HTTP error
+//!     for r in new_requests { sched.add(id, prompt, stop_conditions, now)? } // refuse → HTTP error
 //!     for id in cancelled   { sched.abort(id); }
 //!     let plan = sched.plan(now);
 //!     if plan.is_empty() { wait for work; continue }
 //!     let t0 = Instant::now();
 //!     let logits = model.forward(&plan, |id| sched.sequence(id));        // one batch
 //!     let sampled = sample(&plan, logits);                               // (seq, token) per chunk.sample
-//!     sched.commit(&plan, &sampled);
+//!     let finished = sched.commit(&plan, &sampled);                      // stop token, max_tokens, context end
 //!     sched.observe_step(StepFeatures::of(&plan), t0.elapsed().as_secs_f64());
-//!     for (id, tok) in sampled { send; if stop or num_generated == max_new_tokens { sched.finish(id); } }
+//!     for (id, tok) in sampled { send tok unless it is a stop token }
+//!     for f in finished { tell f.seq.id it ended, and why (f.reason) }
 //! }
 //! ```
+//!
+//! The scheduler alone decides when a sequence ends (`sequence.rs`), and each step's plan
+//! carries its own counts (preemptions, prefix-cache lookups), so the engine reports values
+//! rather than differencing totals. `calibration.rs` describes the steps the engine times at
+//! start-up to fit the cost model before the first request.
 
 pub mod block_allocator;
+pub mod calibration;
 pub mod config;
 pub mod cost_model;
 pub mod planner;
@@ -31,9 +38,10 @@ pub mod sequence;
 pub mod step_plan;
 
 pub use block_allocator::{BlockAllocator, BlockId};
+pub use calibration::{Calibration, CalibrationChunk};
 pub use config::{AddError, SchedulerConfig};
 pub use cost_model::{CostModel, StepFeatures};
 pub use planner::Scheduler;
 pub use prefix_cache::{BlockHash, BlockHasher, PrefixCacheStats};
-pub use sequence::{SeqId, SeqState, Sequence};
+pub use sequence::{FinishReason, FinishedSeq, SeqId, SeqState, Sequence, StopConditions};
 pub use step_plan::{ScheduledChunk, StepPlan};

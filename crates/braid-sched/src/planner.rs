@@ -55,7 +55,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::block_allocator::BlockAllocator;
 use crate::cost_model::{CostModel, StepFeatures};
 use crate::prefix_cache::{BlockHasher, PrefixCacheStats};
-use crate::sequence::{SeqId, SeqState, Sequence};
+use crate::sequence::{FinishedSeq, SeqId, SeqState, Sequence, StopConditions};
 
 pub use crate::config::{AddError, SchedulerConfig};
 pub use crate::step_plan::{ScheduledChunk, StepPlan};
@@ -120,44 +120,25 @@ impl Scheduler {
         &self.cfg
     }
 
-    /// Queues a request that arrived at `now`; refuses it if it could never run or the
-    /// queue is full (checked last, so a request that is simply invalid is told so).
+    /// Queues a request that arrived at `now`, to end by `stop` (a bare token limit converts:
+    /// no stop tokens); refuses it if it could never run or the queue is full (checked last,
+    /// so a request that is simply invalid is told so).
     pub fn add(
         &mut self,
         id: SeqId,
         prompt: Vec<u32>,
-        max_new_tokens: usize,
+        stop: impl Into<StopConditions>,
         now: f64,
     ) -> Result<(), AddError> {
         if self.seqs.contains_key(&id) {
             return Err(AddError::DuplicateId(id));
         }
-        if prompt.is_empty() {
-            return Err(AddError::EmptyPrompt);
-        }
-        if max_new_tokens == 0 {
-            return Err(AddError::ZeroMaxNewTokens);
-        }
-        let prompt_len = prompt.len();
-        if prompt_len.saturating_add(max_new_tokens) > self.cfg.max_model_len {
-            return Err(AddError::TooLong {
-                prompt_len,
-                max_new_tokens,
-                max_model_len: self.cfg.max_model_len,
-            });
-        }
-        let seq = Sequence::new(id, prompt, max_new_tokens, now);
-        let needed_tokens = seq.max_kv_tokens();
-        if BlockAllocator::blocks_for(needed_tokens, self.cfg.block_size) > self.cfg.num_blocks {
-            return Err(AddError::ExceedsKvPool {
-                needed_tokens,
-                pool_tokens: self.cfg.pool_tokens(),
-            });
-        }
+        let stop = stop.into();
+        self.cfg.check_request(prompt.len(), stop.max_new_tokens)?;
         if self.waiting.len() >= self.cfg.max_waiting {
             return Err(AddError::QueueFull);
         }
-        self.seqs.insert(id, seq);
+        self.seqs.insert(id, Sequence::new(id, prompt, stop, now));
         self.waiting.push_back(id);
         Ok(())
     }
@@ -165,12 +146,6 @@ impl Scheduler {
     /// The client went away: frees its blocks at once and forgets it. `false` if unknown.
     pub fn abort(&mut self, id: SeqId) -> bool {
         self.remove(id, SeqState::Cancelled).is_some()
-    }
-
-    /// The engine ended it (stop token, token limit, stop string): frees its blocks and
-    /// forgets it. `false` if unknown.
-    pub fn finish(&mut self, id: SeqId) -> bool {
-        self.remove(id, SeqState::Finished).is_some()
     }
 
     /// Removes a sequence in any state, returning it with `state` set (`Finished` or
@@ -250,7 +225,7 @@ impl Scheduler {
                 break;
             }
             if !self.seqs[&id].can_generate() {
-                idx += 1; // preempted after its last token; waits for `finish`, blocks nobody
+                idx += 1; // preempted after a sample never committed; blocks nobody
                 continue;
             }
             let reused = self.reuse_cached_prefix(id);
@@ -265,7 +240,7 @@ impl Scheduler {
                 self.return_cached_prefix(id);
                 break; // FIFO: nobody overtakes the head of the queue
             }
-            self.count_prefix_lookup(id, reused);
+            self.count_prefix_lookup(id, reused, &mut plan);
             self.waiting.remove(idx);
             self.running.push(id);
             self.seqs.get_mut(&id).expect("waiting id is live").state = SeqState::Prefilling;
@@ -439,12 +414,16 @@ impl Scheduler {
     /// Records that `plan` ran: each chunk's sequence advances `num_computed` by the chunk's
     /// length, and each sampled chunk appends its token from `sampled` (one `(seq, token)`
     /// per chunk with `sample`). A prompt whose last token was just read becomes Decoding.
-    /// Chunks of sequences aborted or finished since planning are skipped. A sampled chunk
-    /// left without a token (say, the engine could not sample it) keeps its last row
-    /// uncomputed, so the next step feeds and samples it again. With prefix caching, blocks
-    /// that are now full and computed join the cache.
-    pub fn commit(&mut self, plan: &StepPlan, sampled: &[(SeqId, u32)]) {
+    /// Chunks of sequences aborted since planning are skipped. A sampled chunk left without a
+    /// token (say, the engine could not sample it) keeps its last row uncomputed, so the next
+    /// step feeds and samples it again. With prefix caching, blocks that are now full and
+    /// computed join the cache.
+    ///
+    /// Returns the sequences the new tokens ended ([`Sequence::finish_reason`]), in plan
+    /// order, already removed with their blocks freed.
+    pub fn commit(&mut self, plan: &StepPlan, sampled: &[(SeqId, u32)]) -> Vec<FinishedSeq> {
         let sampled: HashMap<SeqId, u32> = sampled.iter().copied().collect();
+        let mut ended = Vec::new();
         for chunk in &plan.chunks {
             let Some(seq) = self.seqs.get_mut(&chunk.seq) else {
                 continue;
@@ -474,6 +453,9 @@ impl Scheduler {
                 Some(&token) => {
                     debug_assert!(seq.can_generate(), "planned a sample past max_new_tokens");
                     seq.tokens.push(token);
+                    if let Some(reason) = seq.finish_reason(self.cfg.max_model_len) {
+                        ended.push((chunk.seq, reason));
+                    }
                 }
                 // No token: the last row is fed (and sampled) again next step.
                 None => seq.num_computed -= 1,
@@ -482,6 +464,13 @@ impl Scheduler {
         for chunk in &plan.chunks {
             self.register_computed_blocks(chunk.seq);
         }
+        ended
+            .into_iter()
+            .filter_map(|(id, reason)| {
+                let seq = self.remove(id, SeqState::Finished)?;
+                Some(FinishedSeq { reason, seq })
+            })
+            .collect()
     }
 
     pub fn sequence(&self, id: SeqId) -> Option<&Sequence> {
@@ -540,86 +529,6 @@ impl Scheduler {
     pub fn cost_model(&self) -> &CostModel {
         &self.cost
     }
-
-    /// Checks the bookkeeping: every sequence is in exactly one list in a matching state,
-    /// block tables cover what is computed and account for exactly the used blocks, a block
-    /// is shared only if it is cached, full and computed in every table holding it (with a
-    /// reference per holder) and registered under that table's own hash for it. For tests
-    /// and debug assertions; O(blocks).
-    pub fn check_invariants(&self) -> Result<(), String> {
-        if self.running.len() + self.waiting.len() != self.seqs.len() {
-            return Err("a sequence is in no list or in two".into());
-        }
-        if self.running.len() > self.cfg.max_num_seqs {
-            return Err(format!("{} running > max_num_seqs", self.running.len()));
-        }
-        let mut holders: HashMap<crate::BlockId, Vec<SeqId>> = HashMap::new();
-        for &id in &self.running {
-            let s = self.seqs.get(&id).ok_or(format!("running {id} unknown"))?;
-            if !s.is_running() {
-                return Err(format!("running {id} in state {:?}", s.state));
-            }
-            if s.block_table.len() * self.cfg.block_size < s.num_computed {
-                return Err(format!(
-                    "{id}: blocks do not cover {} computed",
-                    s.num_computed
-                ));
-            }
-            if s.state == SeqState::Decoding && s.tokens.len() != s.num_computed + 1 {
-                return Err(format!(
-                    "{id}: decoding with {} uncomputed",
-                    s.num_uncomputed()
-                ));
-            }
-            if s.num_cached_blocks * self.cfg.block_size > s.num_computed
-                || s.num_cached_blocks > s.block_table.len()
-            {
-                return Err(format!("{id}: cached blocks past what is computed"));
-            }
-            for (i, &b) in s.block_table.iter().enumerate() {
-                holders.entry(b).or_default().push(id);
-                if let Some(h) = self.allocator.cached_hash(b) {
-                    if s.block_hashes.get(i) != Some(&h) || i >= s.num_cached_blocks {
-                        return Err(format!("{id}: block {b} at {i} cached for other tokens"));
-                    }
-                }
-            }
-        }
-        for (&b, ids) in &holders {
-            if ids.len() > 1 && self.allocator.cached_hash(b).is_none() {
-                return Err(format!("uncached block {b} held by {ids:?}"));
-            }
-            if self.allocator.ref_count(b) as usize != ids.len() {
-                return Err(format!(
-                    "block {b} held by {ids:?} with {} references",
-                    self.allocator.ref_count(b)
-                ));
-            }
-        }
-        for &id in &self.waiting {
-            let s = self.seqs.get(&id).ok_or(format!("waiting {id} unknown"))?;
-            let queued = matches!(s.state, SeqState::Waiting | SeqState::Preempted);
-            if !queued || !s.block_table.is_empty() || s.num_computed != 0 {
-                return Err(format!(
-                    "waiting {id} in state {:?} holding blocks",
-                    s.state
-                ));
-            }
-        }
-        for s in self.seqs.values() {
-            if s.num_generated() > s.max_new_tokens || s.num_computed > s.tokens.len() {
-                return Err(format!("{}: generated or computed past its limit", s.id));
-            }
-        }
-        if holders.len() != self.allocator.num_used() {
-            return Err(format!(
-                "block tables hold {} blocks, allocator says {} used",
-                holders.len(),
-                self.allocator.num_used()
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// A sized prompt slice, and whether it used up the step's starvation guarantee.
@@ -627,6 +536,9 @@ struct Slice {
     len: usize,
     starving: bool,
 }
+
+#[path = "planner_invariants.rs"]
+mod invariants;
 
 #[path = "planner_prefix.rs"]
 mod prefix;

@@ -1,7 +1,7 @@
 //! The planner's side of prefix caching: find a prompt's cached prefix on admission, give it
 //! back if admission fails, register blocks once they are full and computed.
 
-use super::Scheduler;
+use super::{Scheduler, StepPlan};
 use crate::sequence::SeqId;
 
 impl Scheduler {
@@ -40,8 +40,9 @@ impl Scheduler {
         seq.num_computed = 0;
     }
 
-    /// Counts an admission's lookup: all its tokens asked about, `reused` found.
-    pub(super) fn count_prefix_lookup(&mut self, id: SeqId, reused: usize) {
+    /// Counts an admission's lookup, in the step's and the running totals: all its tokens
+    /// asked about, `reused` found.
+    pub(super) fn count_prefix_lookup(&mut self, id: SeqId, reused: usize, plan: &mut StepPlan) {
         if !self.cfg.prefix_caching {
             return;
         }
@@ -49,8 +50,10 @@ impl Scheduler {
         if seq.first_scheduled.is_none() {
             seq.cached_tokens = reused;
         }
-        self.prefix_stats.queries += seq.tokens.len() as u64;
-        self.prefix_stats.hits += reused as u64;
+        for stats in [&mut self.prefix_stats, &mut plan.prefix_cache] {
+            stats.queries += seq.tokens.len() as u64;
+            stats.hits += reused as u64;
+        }
     }
 
     /// Registers `id`'s blocks that are now full and computed (after a commit). A block whose

@@ -1,6 +1,7 @@
 //! Planner rules that need a hand-built state (reachable only through rare interleavings).
 
 use super::*;
+use crate::FinishReason;
 use std::time::Duration;
 
 fn cfg(num_blocks: usize) -> SchedulerConfig {
@@ -48,11 +49,8 @@ fn run_to_idle(s: &mut Scheduler) {
             .filter(|c| c.sample)
             .map(|c| (c.seq, 5))
             .collect();
-        s.commit(&plan, &sampled);
-        for (id, _) in sampled {
-            if !s.seqs[&id].can_generate() {
-                s.finish(id);
-            }
+        for f in s.commit(&plan, &sampled) {
+            assert_eq!(f.reason, FinishReason::Length);
         }
     }
     panic!("did not drain");
@@ -78,8 +76,9 @@ fn prompts_holding_the_pool_do_not_wait_on_each_other() {
     );
     assert_eq!(s.waiting.front(), Some(&2));
     s.check_invariants().unwrap();
-    s.commit(&plan, &[(1, 9)]);
-    assert!(s.finish(1), "its one token is out");
+    let finished = s.commit(&plan, &[(1, 9)]);
+    assert_eq!(finished.len(), 1, "its one token is out");
+    assert_eq!(finished[0].seq.id, 1);
     run_to_idle(&mut s);
     assert_eq!(s.allocator.num_free(), 4);
 }

@@ -12,8 +12,14 @@
 //!  Waiting ──admit──▶ Prefilling ──prompt read, token sampled──▶ Decoding
 //!     ▲                   │                                        │
 //!     └──── Preempted ◀───┴────────── blocks ran out ──────────────┘
-//!  any state ──abort──▶ Cancelled        Decoding ──finish──▶ Finished
+//!  any state ──abort──▶ Cancelled        Decoding ──commit: stop rule──▶ Finished
 //! ```
+//!
+//! **When a sequence ends** is decided here and nowhere else, when a sampled token is
+//! committed ([`Sequence::finish_reason`]): a stop token ends it with `Stop` (the token is not
+//! output), reaching `max_new_tokens` or the end of the context with `Length`. The server
+//! only adds what needs text (stop strings) or a clock (its deadline), and those end a
+//! sequence by aborting it.
 //!
 //! Invariants while a sequence is held by the scheduler:
 //! - `num_computed <= tokens.len()`; while Decoding, `tokens.len() == num_computed + 1`
@@ -21,7 +27,7 @@
 //! - `block_table` covers at least `num_computed` positions; it is empty when Waiting or
 //!   Preempted.
 //! - `num_generated() <= max_new_tokens`: the planner never schedules a step that could
-//!   sample past the limit. Ending a stream is the engine's decision (`Scheduler::finish`).
+//!   sample past the limit, and `Scheduler::commit` removes a sequence as soon as it ends.
 //! - With prefix caching, the first `num_cached_blocks` entries of `block_table` are full,
 //!   computed and registered in (or found in) the prefix cache; they may be shared with other
 //!   sequences and are never written again.
@@ -42,12 +48,57 @@ pub enum SeqState {
     Prefilling,
     /// Prompt read; generates one token per step.
     Decoding,
-    /// Ended by the engine (stop token, token limit, stop string).
+    /// Ended by its stop rule (stop token, token limit, end of the context).
     Finished,
     /// Ended by the client going away.
     Cancelled,
     /// Lost its blocks to an older sequence; back at the front of the queue, to be recomputed.
     Preempted,
+}
+
+/// Why a sequence ended on its own (a client leaving is an abort, not a finish).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// A stop token was sampled (or, decided by the server, a stop string matched).
+    Stop,
+    /// `max_new_tokens` reached, or the context is full.
+    Length,
+}
+
+impl FinishReason {
+    /// OpenAI's `finish_reason` value.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// What ends a sequence besides the end of the context.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StopConditions {
+    pub max_new_tokens: usize,
+    /// Sampling one of these ends it with `Stop`; the token is not part of the output. Empty
+    /// with `ignore_eos`.
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl From<usize> for StopConditions {
+    /// Only a token limit, no stop token (as with `ignore_eos`).
+    fn from(max_new_tokens: usize) -> Self {
+        Self {
+            max_new_tokens,
+            stop_token_ids: Vec::new(),
+        }
+    }
+}
+
+/// A sequence [`crate::Scheduler::commit`] ended, already removed (its blocks freed).
+#[derive(Clone, Debug)]
+pub struct FinishedSeq {
+    pub reason: FinishReason,
+    pub seq: Sequence,
 }
 
 /// A request's tokens and its progress through the KV cache.
@@ -58,6 +109,8 @@ pub struct Sequence {
     pub tokens: Vec<u32>,
     pub prompt_len: usize,
     pub max_new_tokens: usize,
+    /// See [`StopConditions::stop_token_ids`].
+    pub stop_token_ids: Vec<u32>,
     /// Tokens whose K/V are in the cache.
     pub num_computed: usize,
     /// KV blocks for positions `0..num_computed` (plus whatever the current plan writes).
@@ -81,13 +134,14 @@ pub struct Sequence {
 
 impl Sequence {
     /// A waiting sequence holding no blocks.
-    pub fn new(id: SeqId, prompt: Vec<u32>, max_new_tokens: usize, arrival: f64) -> Self {
+    pub fn new(id: SeqId, prompt: Vec<u32>, stop: StopConditions, arrival: f64) -> Self {
         let prompt_len = prompt.len();
         Self {
             id,
             tokens: prompt,
             prompt_len,
-            max_new_tokens,
+            max_new_tokens: stop.max_new_tokens,
+            stop_token_ids: stop.stop_token_ids,
             num_computed: 0,
             block_table: Vec::new(),
             state: SeqState::Waiting,
@@ -117,7 +171,29 @@ impl Sequence {
 
     /// KV positions this sequence can ever occupy: every token but the last one sampled.
     pub fn max_kv_tokens(&self) -> usize {
-        (self.prompt_len + self.max_new_tokens).saturating_sub(1)
+        Self::kv_tokens_for(self.prompt_len, self.max_new_tokens)
+    }
+
+    /// KV positions a sequence of `prompt_len` and `max_new_tokens` can ever occupy.
+    pub fn kv_tokens_for(prompt_len: usize, max_new_tokens: usize) -> usize {
+        (prompt_len + max_new_tokens).saturating_sub(1)
+    }
+
+    /// Whether the token just sampled (the last of `tokens`) ends the sequence, and why. A stop
+    /// token wins over the limits: it is not output, so it never counts as the last token.
+    pub fn finish_reason(&self, max_model_len: usize) -> Option<FinishReason> {
+        let last = *self.tokens.last()?;
+        if self.num_generated() == 0 {
+            return None;
+        }
+        if self.stop_token_ids.contains(&last) {
+            Some(FinishReason::Stop)
+        } else if self.num_generated() >= self.max_new_tokens || self.tokens.len() >= max_model_len
+        {
+            Some(FinishReason::Length)
+        } else {
+            None
+        }
     }
 
     /// Seconds since arrival at `now`.
@@ -137,7 +213,7 @@ mod tests {
 
     #[test]
     fn counts_follow_tokens() {
-        let mut s = Sequence::new(7, vec![1, 2, 3], 2, 0.5);
+        let mut s = Sequence::new(7, vec![1, 2, 3], 2.into(), 0.5);
         assert_eq!(s.state, SeqState::Waiting);
         assert_eq!(
             (s.num_generated(), s.num_uncomputed(), s.max_kv_tokens()),
@@ -150,5 +226,60 @@ mod tests {
         s.tokens.push(9);
         assert!(!s.can_generate());
         assert_eq!(s.age(2.0), 1.5);
+    }
+
+    fn sampled(prompt: &[u32], stop: StopConditions, generated: &[u32]) -> Sequence {
+        let mut s = Sequence::new(1, prompt.to_vec(), stop, 0.0);
+        s.tokens.extend_from_slice(generated);
+        s
+    }
+
+    fn stops(max_new_tokens: usize, ids: &[u32]) -> StopConditions {
+        StopConditions {
+            max_new_tokens,
+            stop_token_ids: ids.to_vec(),
+        }
+    }
+
+    #[test]
+    fn max_tokens_reached_is_length() {
+        let s = sampled(&[1, 2], stops(3, &[0]), &[5, 6]);
+        assert_eq!(s.finish_reason(100), None);
+        let s = sampled(&[1, 2], stops(3, &[0]), &[5, 6, 7]);
+        assert_eq!(s.finish_reason(100), Some(FinishReason::Length));
+    }
+
+    #[test]
+    fn a_stop_token_is_stop_even_as_the_last_allowed_token() {
+        let s = sampled(&[1, 2], stops(3, &[0, 9]), &[5, 9]);
+        assert_eq!(s.finish_reason(100), Some(FinishReason::Stop));
+        let s = sampled(&[1, 2], stops(2, &[9]), &[5, 9]);
+        assert_eq!(s.finish_reason(100), Some(FinishReason::Stop));
+    }
+
+    #[test]
+    fn the_end_of_the_context_is_length() {
+        let s = sampled(&[1, 2, 3], stops(100, &[0]), &[5]);
+        assert_eq!(s.finish_reason(5), None);
+        let s = sampled(&[1, 2, 3], stops(100, &[0]), &[5, 6]);
+        assert_eq!(s.finish_reason(5), Some(FinishReason::Length));
+    }
+
+    #[test]
+    fn ignore_eos_is_an_empty_stop_set() {
+        let s = sampled(&[1, 2], 3.into(), &[0, 2]);
+        assert_eq!(s.finish_reason(100), None, "no token stops it");
+        let s = sampled(&[1, 2], 3.into(), &[0, 2, 0]);
+        assert_eq!(s.finish_reason(100), Some(FinishReason::Length));
+    }
+
+    #[test]
+    fn nothing_sampled_is_no_finish() {
+        let s = sampled(&[0], stops(1, &[0]), &[]);
+        assert_eq!(
+            s.finish_reason(100),
+            None,
+            "a stop token in the prompt does not count"
+        );
     }
 }

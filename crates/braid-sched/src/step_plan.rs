@@ -3,8 +3,11 @@
 //! The planner's whole decision for one engine step is this plain description: which
 //! slices of which sequences to feed, which of their last rows to sample, and who lost
 //! their blocks. The engine executes it without asking the planner anything else, and the
-//! planner's tests inspect it without a model.
+//! planner's tests inspect it without a model. What planning did (preemptions, prefix-cache
+//! lookups) is counted in the plan too, so whoever reports a step reads its own numbers
+//! instead of differencing the scheduler's running totals.
 
+use crate::prefix_cache::PrefixCacheStats;
 use crate::sequence::SeqId;
 
 /// Feed `tokens[start..start + len]` of sequence `seq`, writing K/V at positions
@@ -39,6 +42,8 @@ pub struct StepPlan {
     pub preempted: Vec<SeqId>,
     /// The cost model's prediction for this step, in seconds (`None` for an empty step).
     pub predicted_secs: Option<f64>,
+    /// Prefix-cache lookups made while planning this step (one per admission), in tokens.
+    pub prefix_cache: PrefixCacheStats,
 }
 
 impl StepPlan {

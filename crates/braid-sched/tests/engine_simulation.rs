@@ -139,15 +139,12 @@ fn run(seed: u64) -> (usize, u64, u64) {
         let secs = step_secs(features, &mut rng);
         now += secs;
         let sampled = sample(&plan);
-        s.commit(&plan, &sampled);
+        let ended = s.commit(&plan, &sampled);
         s.observe_step(features, secs);
-        for (id, _) in sampled {
-            let Some(seq) = s.sequence(id) else { continue };
-            if seq.num_generated() == seq.max_new_tokens {
-                assert_generated_tokens(seq);
-                assert!(s.finish(id));
-                finished.insert(id);
-            }
+        for f in ended {
+            assert_eq!(f.seq.num_generated(), f.seq.max_new_tokens);
+            assert_generated_tokens(&f.seq);
+            finished.insert(f.seq.id);
         }
         s.check_invariants().unwrap();
         steps += 1;

@@ -3,7 +3,9 @@
 
 mod common;
 
-use braid_sched::{AddError, Scheduler, SchedulerConfig, SeqState, StepFeatures};
+use braid_sched::{
+    AddError, FinishReason, Scheduler, SchedulerConfig, SeqState, StepFeatures, StopConditions,
+};
 use common::{check_plan, drain, prompt, sample, small_cfg, step};
 
 fn sched(cfg: SchedulerConfig) -> Scheduler {
@@ -271,7 +273,7 @@ fn abort_frees_blocks_at_once() {
     s.check_invariants().unwrap();
     s.add(3, prompt(3, 4), 5, 0.1).unwrap();
     assert!(s.abort(3), "waiting sequences can be aborted too");
-    assert!(s.finish(1));
+    assert!(s.abort(1));
     assert_eq!((s.allocator().num_used(), s.is_idle()), (0, true));
 }
 
@@ -342,18 +344,48 @@ fn commit_advances_and_switches_to_decoding() {
 }
 
 #[test]
-fn never_samples_past_max_new_tokens_even_if_not_finished() {
+fn the_commit_of_the_last_token_finishes_the_sequence() {
     let mut s = sched(small_cfg());
     s.add(1, prompt(1, 3), 2, 0.0).unwrap();
-    for k in 0..5 {
-        let p = s.plan(k as f64);
-        check_plan(&s, &p);
-        s.commit(&p, &sample(&p)); // the engine "forgets" to call finish
-    }
-    let seq = s.sequence(1).unwrap();
-    assert_eq!(seq.num_generated(), 2);
-    assert!(s.plan(9.0).is_empty());
-    assert!(s.finish(1));
+    let p = s.plan(0.0);
+    assert!(s.commit(&p, &sample(&p)).is_empty());
+    let p = s.plan(1.0);
+    let finished = s.commit(&p, &sample(&p));
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0].reason, FinishReason::Length);
+    assert_eq!(finished[0].seq.num_generated(), 2);
+    assert_eq!(finished[0].seq.state, SeqState::Finished);
+    assert!(s.sequence(1).is_none(), "gone, its blocks freed");
+    assert_eq!((s.allocator().num_used(), s.is_idle()), (0, true));
+}
+
+#[test]
+fn a_stop_token_finishes_the_sequence_and_the_context_end_bounds_it() {
+    let mut s = sched(small_cfg());
+    let stop = StopConditions {
+        max_new_tokens: 5,
+        stop_token_ids: vec![77],
+    };
+    s.add(1, prompt(1, 3), stop, 0.0).unwrap();
+    let p = s.plan(0.0);
+    assert!(s.commit(&p, &[(1, 5)]).is_empty());
+    let p = s.plan(1.0);
+    let finished = s.commit(&p, &[(1, 77)]);
+    assert_eq!(finished[0].reason, FinishReason::Stop);
+    assert_eq!(finished[0].seq.tokens[3..], [5, 77]);
+    assert!(s.is_idle());
+    let max_model_len = s.config().max_model_len;
+    let long = StopConditions {
+        max_new_tokens: max_model_len,
+        stop_token_ids: vec![],
+    };
+    assert!(
+        matches!(
+            s.add(2, prompt(2, 3), long, 2.0),
+            Err(AddError::TooLong { .. })
+        ),
+        "a token limit past the context is refused, so the limit is reached first"
+    );
 }
 
 #[test]

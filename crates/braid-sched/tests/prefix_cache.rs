@@ -91,13 +91,8 @@ fn drain(s: &mut Scheduler, kv: &mut FakeKv) -> HashMap<SeqId, Vec<u32>> {
         let plan = s.plan(k as f64 * 0.01);
         check_plan(s, &plan);
         let sampled = kv.run(s, &plan);
-        s.commit(&plan, &sampled);
-        for (id, _) in sampled {
-            let seq = s.sequence(id).unwrap();
-            if !seq.can_generate() {
-                out.insert(id, seq.tokens[seq.prompt_len..].to_vec());
-                s.finish(id);
-            }
+        for f in s.commit(&plan, &sampled) {
+            out.insert(f.seq.id, f.seq.tokens[f.seq.prompt_len..].to_vec());
         }
         s.check_invariants().unwrap();
     }
@@ -219,8 +214,9 @@ fn a_head_that_cannot_be_admitted_gives_its_hits_back() {
     );
     s.check_invariants().unwrap();
     let sampled = kv.run(&s, &plan);
-    s.commit(&plan, &sampled);
-    assert!(s.finish(2), "its last token is out");
+    let finished = s.commit(&plan, &sampled);
+    assert_eq!(finished.len(), 1, "its last token is out");
+    assert_eq!(finished[0].seq.id, 2);
     drain(&mut s, &mut kv);
     assert_eq!(s.prefix_cache_stats().hits, before.hits + 8);
 }
@@ -306,19 +302,15 @@ fn a_full_pool_never_evicts_a_block_in_use() {
                     expected.remove(&id);
                 }
             }
-            s.commit(&plan, &sampled);
-            for (id, _) in sampled {
-                let Some(seq) = s.sequence(id) else { continue };
-                if !seq.can_generate() {
-                    // The continuation is a function of the tokens alone, whoever's blocks
-                    // were read: recompute it from scratch and compare.
-                    let mut toks = expected.remove(&id).unwrap();
-                    for _ in 0..seq.max_new_tokens {
-                        toks.push(next_token(&toks));
-                    }
-                    assert_eq!(seq.tokens, toks, "seed {seed}: seq {id}");
-                    s.finish(id);
+            for f in s.commit(&plan, &sampled) {
+                // The continuation is a function of the tokens alone, whoever's blocks
+                // were read: recompute it from scratch and compare.
+                let (id, seq) = (f.seq.id, f.seq);
+                let mut toks = expected.remove(&id).unwrap();
+                for _ in 0..seq.max_new_tokens {
+                    toks.push(next_token(&toks));
                 }
+                assert_eq!(seq.tokens, toks, "seed {seed}: seq {id}");
             }
             s.check_invariants()
                 .unwrap_or_else(|e| panic!("seed {seed}: {e}"));

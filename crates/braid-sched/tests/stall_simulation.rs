@@ -93,10 +93,6 @@ fn simulate(cfg: SchedulerConfig, cost: CostModel) -> Outcome {
         s.observe_step(features, secs);
         for (id, _) in sampled {
             token_times.entry(id).or_default().push(now);
-            let seq = s.sequence(id).unwrap();
-            if seq.num_generated() == seq.max_new_tokens {
-                s.finish(id);
-            }
         }
         steps += 1;
     }

@@ -5,13 +5,19 @@
 //! applies stop strings (a match drops the event receiver, which cancels the sequence in the
 //! engine), enforces the per-request deadline, and writes the one log line per request when
 //! it is dropped, whether it finished, failed or its client went away.
+//!
+//! Stop tokens, `max_tokens` and the end of the context are the scheduler's to decide; the
+//! engine's events say when and why it ended, and this only relays that. What is left here
+//! needs the text (stop strings) or the clock (the deadline). Each generation has a tracing
+//! span (`request`, with its id and endpoint) that goes with it into the engine, so the
+//! engine's log lines about it are the span's children.
 
-use crate::engine_handle::{EngineEvent, EngineRequest, FinishReason};
 use crate::error::ApiError;
 use crate::openai_types::Usage;
 use crate::state::{AppState, Ready};
 use crate::stop_strings::{StopMatcher, StopOutcome};
 use crate::validation::ValidatedRequest;
+use braid_engine::{EngineEvent, EngineRequest, FinishReason, Finished};
 use braid_model::{IncrementalDecoder, LoadedModel, Sampled};
 use std::sync::Arc;
 use std::time::Instant;
@@ -52,7 +58,6 @@ pub struct Generation {
     stops: StopMatcher,
     /// Text to put before the first chunk (`echo`).
     prefix: Option<String>,
-    max_tokens: usize,
     prompt_tokens: usize,
     completion_tokens: usize,
     arrival: Instant,
@@ -61,6 +66,7 @@ pub struct Generation {
     queue_secs: Option<f64>,
     ended: Option<(Instant, Outcome)>,
     deadline_reached: bool,
+    span: tracing::Span,
 }
 
 impl Generation {
@@ -74,6 +80,7 @@ impl Generation {
     ) -> Result<Self, ApiError> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let id = ready.engine.next_request_id();
+        let span = tracing::info_span!("request", id, endpoint);
         let prompt_tokens = req.prompt.len();
         ready.engine.submit(EngineRequest {
             id,
@@ -83,6 +90,7 @@ impl Generation {
             stop_token_ids: req.stop_token_ids,
             arrival,
             events: tx,
+            span: span.clone(),
         })?;
         Ok(Self {
             id,
@@ -92,7 +100,6 @@ impl Generation {
             decoder: IncrementalDecoder::default(),
             stops: StopMatcher::new(req.stop_strings),
             prefix: req.echo,
-            max_tokens: req.max_tokens,
             prompt_tokens,
             completion_tokens: 0,
             arrival,
@@ -101,6 +108,7 @@ impl Generation {
             queue_secs: None,
             ended: None,
             deadline_reached: false,
+            span,
         })
     }
 
@@ -124,29 +132,24 @@ impl Generation {
             Ok(Some(event)) => event,
         };
         Some(match event {
-            EngineEvent::Token(sampled) => {
+            EngineEvent::Token { token, finished } => {
                 self.completion_tokens += 1;
                 self.first_token.get_or_insert_with(Instant::now);
-                let piece = self
-                    .decoder
-                    .push(&self.model.tokenizer, sampled.token, true);
-                match self.stops.push(&piece) {
-                    StopOutcome::Stopped(text) => {
+                let piece = self.decoder.push(&self.model.tokenizer, token.token, true);
+                match (self.stops.push(&piece), finished) {
+                    (StopOutcome::Stopped(text), _) => {
                         self.events = None;
                         self.ended = Some((Instant::now(), Outcome::Finished(FinishReason::Stop)));
-                        Ok(self.chunk(text, Some(sampled), Some(FinishReason::Stop)))
+                        Ok(self.chunk(text, Some(token), Some(FinishReason::Stop)))
                     }
-                    // The last token the engine will send: end now, with it.
-                    StopOutcome::Continue(text) if self.completion_tokens >= self.max_tokens => {
-                        Ok(self.finish(FinishReason::Length, Some(sampled), text))
+                    // The engine's last token: the end comes with it.
+                    (StopOutcome::Continue(text), Some(finished)) => {
+                        Ok(self.finish_with(finished, Some(token), text))
                     }
-                    StopOutcome::Continue(text) => Ok(self.chunk(text, Some(sampled), None)),
+                    (StopOutcome::Continue(text), None) => Ok(self.chunk(text, Some(token), None)),
                 }
             }
-            EngineEvent::Done(finished) => {
-                self.queue_secs = finished.queue_secs;
-                Ok(self.finish(finished.reason, None, String::new()))
-            }
+            EngineEvent::Done(finished) => Ok(self.finish_with(finished, None, String::new())),
             EngineEvent::Failed(message) => Err(self.fail(message)),
         })
     }
@@ -193,6 +196,12 @@ impl Generation {
         }
     }
 
+    /// Ends the generation as the engine says it ended.
+    fn finish_with(&mut self, finished: Finished, token: Option<Sampled>, text: String) -> Chunk {
+        self.queue_secs = finished.queue_secs;
+        self.finish(finished.reason, token, text)
+    }
+
     /// Ends the generation for `reason`, releasing held text (a stop string may still match
     /// in the last bytes, which makes the reason "stop").
     fn finish(
@@ -220,7 +229,7 @@ impl Generation {
     fn fail(&mut self, message: String) -> String {
         self.events = None;
         self.ended = Some((Instant::now(), Outcome::Failed));
-        tracing::error!(id = self.id, "request failed in the engine: {message}");
+        tracing::error!(parent: &self.span, id = self.id, "request failed in the engine: {message}");
         message
     }
 }
@@ -239,11 +248,13 @@ impl Drop for Generation {
         };
         if self.deadline_reached {
             tracing::warn!(
+                parent: &self.span,
                 id = self.id,
                 "request reached --request-timeout-secs; ended with finish_reason \"length\""
             );
         }
         tracing::info!(
+            parent: &self.span,
             id = self.id,
             endpoint = self.endpoint,
             prompt_tokens = self.prompt_tokens,

@@ -1,15 +1,18 @@
 //! Tests of a request's life against a scripted fake engine: the cases a real engine rarely
 //! produces on demand (a failure mid-stream, a stalled sequence hitting the deadline, a
-//! dropped request), and that a matched stop string cancels the sequence.
+//! dropped request), that a matched stop string cancels the sequence, and that a request the
+//! KV pool can never hold is refused with a 400 before it reaches the engine.
 
 use super::*;
 use crate::app::router;
 use crate::args::ServeArgs;
-use crate::engine_handle::{EngineHandle, EngineShared, Finished};
+use crate::engine_observer::MetricsObserver;
 use crate::metrics::Metrics;
 use crate::validation::Limits;
 use axum::body::Body;
+use braid_engine::{EngineHandle, Submitted};
 use braid_model::SamplingParams;
+use braid_sched::SchedulerConfig;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, OnceLock};
 use std::time::Duration;
@@ -36,26 +39,42 @@ fn byte_token(b: u8) -> u32 {
 }
 
 fn token(b: u8) -> EngineEvent {
-    EngineEvent::Token(Sampled {
-        token: byte_token(b),
-        logprob: None,
-        top: vec![],
-    })
+    EngineEvent::Token {
+        token: Sampled {
+            token: byte_token(b),
+            logprob: None,
+            top: vec![],
+        },
+        finished: None,
+    }
 }
 
 /// A ready server state whose engine is `script`, run on its own thread for each request.
 fn fake_server(request_timeout_secs: u64, script: fn(EngineRequest)) -> AppState {
+    fake_server_with_pool(request_timeout_secs, 1024, script)
+}
+
+/// `fake_server` with a KV pool of `num_blocks` blocks of 16 tokens.
+fn fake_server_with_pool(
+    request_timeout_secs: u64,
+    num_blocks: usize,
+    script: fn(EngineRequest),
+) -> AppState {
     let mut args = ServeArgs::with_model("tiny.gguf");
     args.request_timeout_secs = request_timeout_secs;
-    let state = AppState::new(&args, Arc::new(Metrics::new()));
-    let (tx, rx) = mpsc::channel::<EngineRequest>();
-    let shared = Arc::new(EngineShared::default());
-    shared.alive.store(true, Ordering::Release);
-    let engine = EngineHandle::new(tx, shared.clone(), 8, tokio::sync::broadcast::channel(4).0);
+    let metrics = Arc::new(Metrics::new());
+    let state = AppState::new(&args, metrics.clone());
+    let (tx, rx) = mpsc::channel::<Submitted>();
+    let sched = SchedulerConfig {
+        num_blocks,
+        max_model_len: 512,
+        ..SchedulerConfig::default()
+    };
+    let engine = EngineHandle::new(tx, sched, 8);
     std::thread::spawn(move || {
-        while let Ok(req) = rx.recv() {
-            shared.waiting.fetch_sub(1, Ordering::AcqRel);
-            std::thread::spawn(move || script(req));
+        while let Ok(sub) = rx.recv() {
+            drop(sub.waiting); // scheduled at once
+            std::thread::spawn(move || script(sub.request));
         }
     });
     let m = model();
@@ -71,6 +90,7 @@ fn fake_server(request_timeout_secs: u64, script: fn(EngineRequest)) -> AppState
     state.set_ready(Ready {
         model: m,
         engine,
+        observer: MetricsObserver::new(metrics),
         limits,
         created: 0,
     });
@@ -219,6 +239,30 @@ async fn an_engine_failure_is_a_500_or_an_sse_error_event() {
     assert!(
         metrics.contains("braid_request_errors_total{status=\"500\"} 2"),
         "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_larger_than_the_kv_pool_is_a_400_naming_both_sizes() {
+    // 4 blocks of 16 tokens: 64 KV positions; 1 prompt token + 100 - 1 needs 100.
+    let state = fake_server_with_pool(10, 4, drop);
+    let (status, body) = post(
+        &state,
+        serde_json::json!({"prompt": "a", "max_tokens": 100}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("100") && message.contains("64"),
+        "{message}"
+    );
+    assert_eq!(v["error"]["code"], "kv_cache_exceeded");
+    let (status, _) = post(&state, serde_json::json!({"prompt": "a", "max_tokens": 60})).await;
+    assert_eq!(
+        status, 500,
+        "fits, so it reaches the fake engine, which drops it"
     );
 }
 

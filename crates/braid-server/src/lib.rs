@@ -1,15 +1,15 @@
-//! braid's server: the HTTP front end and the engine thread behind it.
+//! braid's server: the HTTP front end of the engine (braid-engine).
 //!
 //! `serve(ServeArgs)` is the whole server (`braid serve`); `start` returns a running
 //! `Server` for tests and embedding. Request flow: `routes/` → `validation` →
-//! `generation` (engine events → text, stop strings, deadline) → JSON or `sse`.
+//! `generation` (engine events → text, stop strings, deadline) → JSON or `sse`. The engine's
+//! reports become metrics and the dashboard's feed in `engine_observer`.
 
 pub mod app;
 pub mod args;
 pub mod auth;
 pub mod connections;
-pub mod engine;
-pub mod engine_handle;
+pub mod engine_observer;
 pub mod error;
 pub mod generation;
 pub mod json;
@@ -25,4 +25,6 @@ pub mod stop_strings;
 pub mod validation;
 
 pub use args::ServeArgs;
+/// The engine, under the name the server's modules use for it.
+pub use braid_engine as engine;
 pub use server::{serve, start, Server};

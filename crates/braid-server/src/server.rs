@@ -12,9 +12,7 @@
 use crate::app::router;
 use crate::args::ServeArgs;
 use crate::connections::{self, Admission, ConnectionLimit};
-use crate::engine::spawn_engine;
 use crate::metrics::Metrics;
-use crate::openai_types::unix_now;
 use crate::state::{AppState, Ready};
 use crate::validation::Limits;
 use anyhow::Context;
@@ -105,13 +103,7 @@ async fn shutdown_signal() {
 /// Binds, then loads the model and starts the engine in the background.
 pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     args.check()?;
-    let threads = args.threads();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("braid-compute-{i}"));
-    if let Err(e) = pool.build_global() {
-        tracing::debug!("compute thread pool already set up: {e}");
-    }
+    braid_engine::compute_pool::init(args.threads());
     let listener = TcpListener::bind((args.host.as_str(), args.port))
         .await
         .with_context(|| {
@@ -199,15 +191,6 @@ async fn lifecycle(
         }
     };
     let config = model.config().clone();
-    let engine = spawn_engine(
-        model.clone(),
-        args.to_engine_config(),
-        state.metrics.clone(),
-    )
-    .map_err(|e| {
-        tracing::error!("cannot start the engine: {e:#}");
-        e.context("cannot start the engine")
-    })?;
     let context = config.context_length;
     let limits = Limits {
         served_model_name: state.served_model_name.clone(),
@@ -218,12 +201,18 @@ async fn lifecycle(
         max_stop_string_len: args.max_stop_string_len,
         max_prompt_tokens: args.max_prompt_tokens.unwrap_or(context).min(context),
     };
-    state.set_ready(Ready {
+    let ready = Ready::start(
         model,
-        engine: engine.clone(),
+        args.to_engine_config(),
+        state.metrics.clone(),
         limits,
-        created: unix_now(),
-    });
+    )
+    .map_err(|e| {
+        tracing::error!("cannot start the engine: {e:#}");
+        e.context("cannot start the engine")
+    })?;
+    let engine = ready.engine.clone();
+    state.set_ready(ready);
     tracing::info!(
         "ready in {:.1}s: serving `{}` ({}, context {context}) on http://{addr}",
         started.elapsed().as_secs_f64(),

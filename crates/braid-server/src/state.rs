@@ -4,24 +4,58 @@
 //! The server listens before the model is loaded, so that /health can answer "loading"
 //! instead of refusing connections; `ready` is a write-once cell that flips the server from
 //! 503 to serving.
+//!
+//! Request preparation (tokenizing, rendering a chat template) is CPU work and runs off the
+//! async workers, but on a few threads only (`PREP_THREADS`): tokio's blocking pool would
+//! grow to 512 threads under a burst of long prompts, all competing with the compute threads
+//! that decode for everybody. A long prompt waits for a free preparation slot instead.
 
 use crate::args::ServeArgs;
 use crate::auth::Auth;
-use crate::engine_handle::EngineHandle;
+use crate::engine_observer::MetricsObserver;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::openai_types::unix_now;
 use crate::validation::Limits;
+use braid_engine::{spawn_engine, EngineConfig, EngineHandle};
 use braid_model::LoadedModel;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Requests prepared (tokenized, templated) at once. Two keeps a long prompt from holding up
+/// a short one; more would only take cores from the compute threads.
+const PREP_THREADS: usize = 2;
 
 /// The loaded model and its engine.
 pub struct Ready {
     pub model: Arc<LoadedModel>,
     pub engine: EngineHandle,
+    /// The engine's reports as metrics, and the live step feed.
+    pub observer: Arc<MetricsObserver>,
     pub limits: Limits,
     /// When the model became ready (Unix seconds), for /v1/models' `created`.
     pub created: u64,
+}
+
+impl Ready {
+    /// Starts the engine on `model`, its reports going to `metrics`.
+    pub fn start(
+        model: Arc<LoadedModel>,
+        cfg: EngineConfig,
+        metrics: Arc<Metrics>,
+        limits: Limits,
+    ) -> anyhow::Result<Self> {
+        let observer = MetricsObserver::new(metrics);
+        let engine = spawn_engine(model.clone(), cfg, observer.clone())?;
+        Ok(Self {
+            model,
+            engine,
+            observer,
+            limits,
+            created: unix_now(),
+        })
+    }
 }
 
 pub struct Shared {
@@ -35,6 +69,8 @@ pub struct Shared {
     pub auth: Arc<Auth>,
     /// Origins allowed to call from a browser (CORS); empty: CORS off.
     pub cors_origins: Vec<String>,
+    /// Slots for request preparation off the async workers (see the module docs).
+    pub prep: Arc<Semaphore>,
     ready: OnceLock<Ready>,
 }
 
@@ -62,6 +98,7 @@ impl AppState {
             id_prefix: format!("{:08x}", nanos ^ std::process::id().rotate_left(16)),
             auth: Arc::new(Auth::new(args.api_keys.clone(), args.protect_metrics)),
             cors_origins: args.cors_origins.clone(),
+            prep: Arc::new(Semaphore::new(PREP_THREADS)),
             ready: OnceLock::new(),
         }))
     }

@@ -14,7 +14,6 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use braid_model::LoadedModel;
 use braid_server::app::router;
-use braid_server::engine::spawn_engine;
 use braid_server::error::ApiError;
 use braid_server::metrics::Metrics;
 use braid_server::openai_types::{
@@ -483,13 +482,7 @@ fn app() -> axum::Router {
     let state = AppState::new(&args, metrics.clone());
     let mut cfg = args.to_engine_config();
     cfg.kv_cache_mb = 8;
-    let engine = spawn_engine(f.model.clone(), cfg, metrics).unwrap();
-    state.set_ready(Ready {
-        model: f.model.clone(),
-        engine,
-        limits: limits(),
-        created: 0,
-    });
+    state.set_ready(Ready::start(f.model.clone(), cfg, metrics, limits()).unwrap());
     router(state, Duration::from_secs(5))
 }
 

@@ -2,9 +2,9 @@
 //! prefix with an earlier one reuses its cached K/V (the hit counter moves) and still produces
 //! exactly the greedy tokens it produces with the cache off, alone or in a crowd.
 
+use braid_engine::{spawn_engine, EngineConfig, EngineEvent, EngineHandle, EngineRequest};
 use braid_model::{LoadedModel, SamplingParams};
-use braid_server::engine::{spawn_engine, EngineConfig};
-use braid_server::engine_handle::{EngineEvent, EngineHandle, EngineRequest};
+use braid_server::engine_observer::MetricsObserver;
 use braid_server::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ fn engine(prefix_caching: bool, kv_cache_mb: usize) -> Engine {
     };
     let metrics = Arc::new(Metrics::new());
     Engine {
-        handle: spawn_engine(model, cfg, metrics.clone()).unwrap(),
+        handle: spawn_engine(model, cfg, MetricsObserver::new(metrics.clone())).unwrap(),
         metrics,
         _dir: dir,
     }
@@ -51,6 +51,7 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
         stop_token_ids: vec![],
         arrival: Instant::now(),
         events: tx,
+        span: tracing::Span::none(),
     })
     .unwrap();
     let mut out = Vec::new();
@@ -59,7 +60,12 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
             .await
             .expect("the engine answered")
         {
-            Some(EngineEvent::Token(s)) => out.push(s.token),
+            Some(EngineEvent::Token { token, finished }) => {
+                out.push(token.token);
+                if finished.is_some() {
+                    return out;
+                }
+            }
             Some(EngineEvent::Done(_)) => return out,
             other => panic!("unexpected end {other:?}"),
         }

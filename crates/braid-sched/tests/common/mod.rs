@@ -107,16 +107,12 @@ pub fn step(s: &mut Scheduler, now: f64) -> (StepPlan, Vec<SeqId>) {
     let plan = s.plan(now);
     check_plan(s, &plan);
     let sampled = sample(&plan);
-    s.commit(&plan, &sampled);
     let mut done = Vec::new();
-    for (id, _) in sampled {
-        let seq = s.sequence(id).unwrap();
-        if seq.num_generated() == seq.max_new_tokens {
-            let seq = seq.clone();
-            assert_generated_tokens(&seq);
-            assert!(s.finish(id));
-            done.push(id);
-        }
+    for f in s.commit(&plan, &sampled) {
+        assert_eq!(f.reason, braid_sched::FinishReason::Length);
+        assert_eq!(f.seq.num_generated(), f.seq.max_new_tokens);
+        assert_generated_tokens(&f.seq);
+        done.push(f.seq.id);
     }
     s.check_invariants().unwrap();
     (plan, done)

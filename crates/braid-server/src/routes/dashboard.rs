@@ -20,7 +20,7 @@ pub async fn dashboard() -> impl IntoResponse {
 pub async fn steps(
     State(state): State<AppState>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let mut feed = state.ready()?.engine.subscribe_steps();
+    let mut feed = state.ready()?.observer.subscribe_steps();
     let stream = async_stream(move |tx| async move {
         loop {
             match feed.recv().await {

@@ -19,13 +19,24 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Runs CPU work of a request (tokenizing a long prompt, rendering a template) off the async
-/// workers, so one large prompt does not stall every other connection's I/O.
+/// workers, so one large prompt does not stall every other connection's I/O; at most
+/// `state.prep`'s permits at once (see `state.rs` for why so few).
 pub(crate) async fn blocking<T: Send + 'static>(
+    state: &AppState,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
+    let slot = state
+        .prep
+        .clone()
+        .acquire_owned()
         .await
-        .map_err(|e| ApiError::internal(format!("request processing failed: {e}")))
+        .map_err(|e| ApiError::internal(format!("request processing failed: {e}")))?;
+    tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        f()
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("request processing failed: {e}")))
 }
 
 /// A generation request that passed validation and is queued, with what its response needs.
@@ -48,7 +59,7 @@ pub(crate) async fn admit<R: Send + 'static>(
     let arrival = Instant::now();
     let ready = state.ready()?;
     let (model, limits) = (ready.model.clone(), ready.limits.clone());
-    let valid = blocking(move || validate(&req, &model, &limits)).await??;
+    let valid = blocking(state, move || validate(&req, &model, &limits)).await??;
     let (stream, include_usage, logprobs) =
         (valid.stream, valid.include_usage, valid.logprobs.is_some());
     Ok(Admitted {

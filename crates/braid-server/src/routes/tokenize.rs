@@ -19,7 +19,7 @@ pub async fn tokenize(
     let ready = state.ready()?;
     validation::check_model(req.model.as_deref(), &ready.limits)?;
     let model = ready.model.clone();
-    let tokens = blocking(move || match (&req.prompt, &req.messages) {
+    let tokens = blocking(&state, move || match (&req.prompt, &req.messages) {
         (Some(prompt), None) => model
             .tokenizer
             .encode(prompt)

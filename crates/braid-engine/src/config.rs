@@ -1,0 +1,59 @@
+//! The engine's settings (from `braid serve`'s flags) and the scheduler configuration they
+//! become once the model's shape is known.
+
+use braid_model::{KvPool, ModelConfig};
+use braid_sched::SchedulerConfig;
+use std::time::Duration;
+
+/// Engine settings, from `braid serve`'s flags.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub kv_cache_mb: usize,
+    pub block_size: usize,
+    pub max_num_seqs: usize,
+    pub max_batched_tokens: usize,
+    pub max_waiting: usize,
+    pub chunked_prefill: bool,
+    /// None disables the latency target (only `max_batched_tokens` bounds a step).
+    pub itl_target: Option<Duration>,
+    pub starvation_after: Duration,
+    /// Reuse the K/V of cached prompt prefixes (`--no-prefix-cache` turns it off).
+    pub prefix_caching: bool,
+}
+
+impl EngineConfig {
+    /// The scheduler's configuration for `model`, or why these settings cannot run it.
+    pub fn scheduler_config(&self, model: &ModelConfig) -> anyhow::Result<SchedulerConfig> {
+        let num_blocks = KvPool::blocks_for_budget(model, self.block_size, self.kv_cache_mb);
+        let cfg = SchedulerConfig {
+            block_size: self.block_size,
+            num_blocks,
+            max_num_seqs: self.max_num_seqs,
+            max_batched_tokens: self.max_batched_tokens,
+            // Admission is bounded by the handle; preempted sequences always go back in line.
+            max_waiting: self.max_waiting + self.max_num_seqs,
+            max_model_len: model.context_length,
+            chunked_prefill: self.chunked_prefill,
+            itl_target: self.itl_target,
+            starvation_after: self.starvation_after,
+            min_prefill_chunk: 16.min(self.max_batched_tokens),
+            prefix_caching: self.prefix_caching,
+        };
+        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("engine settings: {e}"))?;
+        if num_blocks * self.block_size < 2 * self.block_size {
+            anyhow::bail!(
+                "--kv-cache-mb {} holds fewer than two blocks of {} tokens for this model",
+                self.kv_cache_mb,
+                self.block_size
+            );
+        }
+        if !self.block_size.is_multiple_of(16) {
+            anyhow::bail!(
+                "--block-size {} must be a multiple of 16 (attention scores 16 cached keys at a time)",
+                self.block_size
+            );
+        }
+        Ok(cfg)
+    }
+}

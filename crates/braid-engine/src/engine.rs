@@ -1,0 +1,474 @@
+//! The engine loop: admit, drop the departed, plan, forward, sample, commit, report, send.
+//!
+//! Every step carries every running decode plus whatever prompt slices the planner
+//! (braid-sched) fits under the latency target, as one forward. Requests arrive over a
+//! channel and leave through their own event channels; a closed event channel is a client
+//! that left, and its sequence is freed before the next step. With prefix caching a chunk may
+//! start past 0 on admission: the K/V before it are in cached blocks shared with other
+//! sequences, and the engine, which only ever feeds a chunk's own positions, needs to do
+//! nothing about it. When a sequence ends is the scheduler's call (`Scheduler::commit`); the
+//! engine only tells the request.
+//!
+//! A failing step (model error or panic) must not leave anyone hanging: every request in
+//! flight gets a `Failed` event, the scheduler and KV pool start afresh, and the engine keeps
+//! serving. A panic outside a step ends the thread; the process then exits, as nothing could
+//! answer its requests any more.
+
+use crate::config::EngineConfig;
+use crate::handle::{EngineHandle, EngineShared, Submitted};
+use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
+use crate::request::{EngineEvent, EngineRequest, Finished};
+use braid_model::{BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
+use braid_sched::{
+    FinishReason, Scheduler, SchedulerConfig, SeqId, StepFeatures, StepPlan, StopConditions,
+};
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::OwnedSemaphorePermit;
+
+/// Starts the engine thread on `model` and returns the handle requests are submitted to.
+/// The compute pool should be set up first (`compute_pool::init`), or rayon starts its
+/// default one.
+pub fn spawn_engine(
+    model: Arc<LoadedModel>,
+    cfg: EngineConfig,
+    observer: Arc<dyn EngineObserver>,
+) -> anyhow::Result<EngineHandle> {
+    let sched_cfg = cfg.scheduler_config(model.config())?;
+    let num_blocks = sched_cfg.num_blocks;
+    observer.started(&EngineInfo {
+        block_size: cfg.block_size,
+        num_blocks,
+        prefix_caching: cfg.prefix_caching,
+        itl_target: cfg.itl_target,
+    });
+    let (tx, rx) = mpsc::channel();
+    let handle = EngineHandle::new(tx, sched_cfg.clone(), cfg.max_waiting);
+    let shared = handle.shared().clone();
+    tracing::info!(
+        kv_blocks = num_blocks,
+        kv_tokens = num_blocks * cfg.block_size,
+        kernel = braid_model::int8_matmul::kernel_name(),
+        threads = rayon::current_num_threads(),
+        "engine starting"
+    );
+    std::thread::Builder::new()
+        .name("braid-engine".into())
+        .spawn(move || {
+            let mut engine = Engine {
+                epoch: Instant::now(),
+                sched: Scheduler::new(sched_cfg.clone()),
+                kv: KvPool::new(model.config(), cfg.block_size, num_blocks),
+                sched_cfg,
+                model,
+                ws: Workspace::default(),
+                active: HashMap::new(),
+                shared: shared.clone(),
+                observer,
+            };
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                engine.calibrate();
+                engine.run(rx);
+            }));
+            shared.alive.store(false, Ordering::Release);
+            if let Err(panic) = outcome {
+                tracing::error!(
+                    "the engine thread died ({}); exiting",
+                    panic_message(&*panic)
+                );
+                // Dropping the engine closes every request's channel: handlers answer 500.
+                drop(engine);
+                std::thread::sleep(Duration::from_secs(1));
+                std::process::exit(70);
+            }
+        })?;
+    Ok(handle)
+}
+
+/// What the engine keeps for one request besides the scheduler's sequence.
+struct Active {
+    events: UnboundedSender<EngineEvent>,
+    sampler: Sampler,
+    prompt_tokens: usize,
+    arrival: Instant,
+    /// Its place in the waiting queue, until first scheduled.
+    waiting: Option<OwnedSemaphorePermit>,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    generated: usize,
+    queue_secs: Option<f64>,
+    span: tracing::Span,
+}
+
+pub(crate) struct Engine {
+    epoch: Instant,
+    pub(crate) sched: Scheduler,
+    pub(crate) sched_cfg: SchedulerConfig,
+    pub(crate) model: Arc<LoadedModel>,
+    pub(crate) kv: KvPool,
+    pub(crate) ws: Workspace,
+    active: HashMap<SeqId, Active>,
+    shared: Arc<EngineShared>,
+    observer: Arc<dyn EngineObserver>,
+}
+
+/// A token sampled in this step, as the step will report and send it.
+struct Outgoing {
+    id: SeqId,
+    token: Sampled,
+    /// None for a stop token (not sent).
+    timing: Option<TokenTiming>,
+    end: Option<(FinishReason, usize)>,
+}
+
+impl Engine {
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    fn run(&mut self, rx: mpsc::Receiver<Submitted>) {
+        loop {
+            if self.active.is_empty() {
+                match rx.recv() {
+                    Ok(sub) => self.admit(sub),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(sub) => self.admit(sub),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) if self.active.is_empty() => return,
+                    Err(mpsc::TryRecvError::Disconnected) => break,
+                }
+            }
+            self.drop_cancelled();
+            let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                let plan = self.sched.plan(self.now());
+                if plan.is_empty() {
+                    self.report_preempted(&plan);
+                } else {
+                    self.step(&plan);
+                }
+                !plan.is_empty()
+            }));
+            match stepped {
+                Ok(true) => {}
+                Ok(false) if !self.active.is_empty() => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                Ok(false) => {}
+                Err(panic) => self.fail_all(&format!("engine panic: {}", panic_message(&*panic))),
+            }
+            self.publish();
+        }
+    }
+
+    fn admit(&mut self, sub: Submitted) {
+        let EngineRequest {
+            id,
+            prompt,
+            max_tokens,
+            params,
+            stop_token_ids,
+            arrival,
+            events,
+            span,
+        } = sub.request;
+        let arrival_secs = arrival.saturating_duration_since(self.epoch).as_secs_f64();
+        let prompt_tokens = prompt.len();
+        let sampler = Sampler::new(params, &prompt);
+        let stop = StopConditions {
+            max_new_tokens: max_tokens,
+            stop_token_ids,
+        };
+        if let Err(e) = self.sched.add(id, prompt, stop, arrival_secs) {
+            tracing::warn!(parent: &span, "the scheduler refused the request: {e}");
+            let _ = events.send(EngineEvent::Failed(e.to_string()));
+            return;
+        }
+        self.observer
+            .request(id, &RequestEvent::Queued { prompt_tokens });
+        self.active.insert(
+            id,
+            Active {
+                events,
+                sampler,
+                prompt_tokens,
+                arrival,
+                waiting: Some(sub.waiting),
+                first_token: None,
+                last_token: None,
+                generated: 0,
+                queue_secs: None,
+                span,
+            },
+        );
+    }
+
+    fn drop_cancelled(&mut self) {
+        let gone: Vec<SeqId> = self
+            .active
+            .iter()
+            .filter(|(_, a)| a.events.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            self.sched.abort(id);
+            if let Some(a) = self.active.remove(&id) {
+                departed(id, &a);
+            }
+        }
+    }
+
+    fn step(&mut self, plan: &StepPlan) {
+        let started = Instant::now();
+        for c in &plan.chunks {
+            if let Some(a) = self.active.get_mut(&c.seq) {
+                if a.waiting.take().is_some() {
+                    let queue_time = started.saturating_duration_since(a.arrival);
+                    a.queue_secs = Some(queue_time.as_secs_f64());
+                    self.observer
+                        .request(c.seq, &RequestEvent::Scheduled { queue_time });
+                }
+            }
+        }
+        let sampled = match self.forward_and_sample(plan) {
+            Ok(s) => s,
+            Err(e) => return self.fail_all(&format!("model error: {e}")),
+        };
+        let ids: Vec<(SeqId, u32)> = sampled.iter().map(|(id, s)| (*id, s.token)).collect();
+        let ended: HashMap<SeqId, (FinishReason, usize)> = self
+            .sched
+            .commit(plan, &ids)
+            .into_iter()
+            .map(|f| (f.seq.id, (f.reason, f.seq.cached_tokens)))
+            .collect();
+        let duration = started.elapsed();
+        self.sched
+            .observe_step(StepFeatures::of(plan), duration.as_secs_f64());
+        self.report_preempted(plan);
+
+        let now = Instant::now();
+        let mut outgoing = Vec::with_capacity(sampled.len());
+        let mut token_gaps = Vec::new();
+        for (id, token) in sampled {
+            let Some(a) = self.active.get_mut(&id) else {
+                continue;
+            };
+            let end = ended.get(&id).copied();
+            let timing = match end {
+                Some((FinishReason::Stop, _)) => None,
+                _ => {
+                    let timing = match a.last_token {
+                        Some(last) => {
+                            let gap = now.duration_since(last);
+                            token_gaps.push(gap);
+                            TokenTiming::Next(gap)
+                        }
+                        None => {
+                            a.first_token = Some(now);
+                            TokenTiming::First(now.duration_since(a.arrival))
+                        }
+                    };
+                    a.last_token = Some(now);
+                    a.generated += 1;
+                    Some(timing)
+                }
+            };
+            outgoing.push(Outgoing {
+                id,
+                token,
+                timing,
+                end,
+            });
+        }
+        self.observer.step(&StepStats {
+            at: self.epoch.elapsed(),
+            prefill_tokens: plan.num_prefill_tokens(),
+            decode_tokens: plan.num_decodes(),
+            duration,
+            predicted: plan.predicted_secs.map(Duration::from_secs_f64),
+            finished: ended.iter().map(|(&id, &(r, _))| (id, r)).collect(),
+            preempted: plan.preempted.clone(),
+            prefix_cache: plan.prefix_cache,
+            kv_usage: self.sched.kv_usage(),
+            running: self.sched.num_running(),
+            waiting: self.shared.num_waiting(),
+            token_gaps,
+        });
+        for out in outgoing {
+            self.send(out);
+        }
+    }
+
+    /// Sends one sampled token to its request, and the ending if it was the last.
+    fn send(&mut self, out: Outgoing) {
+        let Some(a) = self.active.get(&out.id) else {
+            return;
+        };
+        if let Some(timing) = out.timing {
+            self.observer.request(out.id, &RequestEvent::Token(timing));
+        }
+        match out.end {
+            None => {
+                // A closed channel is freed before the next step.
+                let _ = a.events.send(EngineEvent::Token {
+                    token: out.token,
+                    finished: None,
+                });
+            }
+            // The client left just as its last token came: nobody to tell.
+            Some((FinishReason::Length, _)) if a.events.is_closed() => {
+                if let Some(a) = self.active.remove(&out.id) {
+                    departed(out.id, &a);
+                }
+            }
+            Some((reason, cached_tokens)) => {
+                let last = out.timing.map(|_| out.token);
+                self.finish(out.id, reason, cached_tokens, last);
+            }
+        }
+    }
+
+    fn forward_and_sample(
+        &mut self,
+        plan: &StepPlan,
+    ) -> braid_model::Result<Vec<(SeqId, Sampled)>> {
+        let mut entries = Vec::with_capacity(plan.chunks.len());
+        for c in &plan.chunks {
+            let seq = self.sched.sequence(c.seq).expect("planned sequence exists");
+            entries.push(BatchEntry {
+                tokens: &seq.tokens[c.range()],
+                start: c.start,
+                block_table: &seq.block_table,
+                sample: c.sample,
+            });
+        }
+        let logits = self
+            .model
+            .model
+            .forward(&entries, &mut self.kv, &mut self.ws)?;
+        let vocab = self.model.config().vocab_size;
+        let mut out = Vec::with_capacity(plan.num_samples());
+        for (row, c) in plan.chunks.iter().filter(|c| c.sample).enumerate() {
+            let a = self
+                .active
+                .get_mut(&c.seq)
+                .expect("planned sequence is active");
+            out.push((
+                c.seq,
+                a.sampler.sample(&logits[row * vocab..(row + 1) * vocab]),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Tells a request the scheduler ended it (with its last token, unless that was a stop
+    /// token), after the gauges and the observer have seen it go.
+    fn finish(
+        &mut self,
+        id: SeqId,
+        reason: FinishReason,
+        cached_tokens: usize,
+        last: Option<Sampled>,
+    ) {
+        // Before the client hears "done", so a client that then reads the gauges sees it gone.
+        self.publish();
+        let Some(a) = self.active.remove(&id) else {
+            return;
+        };
+        let e2e = a.arrival.elapsed();
+        self.observer.request(
+            id,
+            &RequestEvent::Finished {
+                reason,
+                prompt_tokens: a.prompt_tokens,
+                completion_tokens: a.generated,
+                e2e,
+            },
+        );
+        tracing::debug!(
+            parent: &a.span,
+            id,
+            prompt_tokens = a.prompt_tokens,
+            cached_tokens,
+            completion_tokens = a.generated,
+            queue_ms = a.queue_secs.map(|q| (q * 1e3).round()),
+            ttft_ms = a
+                .first_token
+                .map(|t| (t.duration_since(a.arrival).as_secs_f64() * 1e3).round()),
+            e2e_ms = (e2e.as_secs_f64() * 1e3).round(),
+            finish_reason = reason.as_str(),
+            "request finished"
+        );
+        let finished = Finished {
+            reason,
+            prompt_tokens: a.prompt_tokens,
+            completion_tokens: a.generated,
+            queue_secs: a.queue_secs,
+        };
+        let _ = a.events.send(match last {
+            Some(token) => EngineEvent::Token {
+                token,
+                finished: Some(finished),
+            },
+            None => EngineEvent::Done(finished),
+        });
+    }
+
+    fn report_preempted(&self, plan: &StepPlan) {
+        for &id in &plan.preempted {
+            if let Some(a) = self.active.get(&id) {
+                tracing::debug!(parent: &a.span, id, "preempted: its KV blocks went to older sequences");
+            }
+            self.observer.request(id, &RequestEvent::Preempted);
+        }
+    }
+
+    fn fail_all(&mut self, message: &str) {
+        tracing::error!(
+            requests = self.active.len(),
+            "{message}; failing every request in flight and starting afresh"
+        );
+        self.sched =
+            Scheduler::with_cost_model(self.sched_cfg.clone(), self.sched.cost_model().clone());
+        self.ws = Workspace::default();
+        self.publish();
+        for (_, a) in self.active.drain() {
+            let _ = a.events.send(EngineEvent::Failed(message.to_string()));
+        }
+    }
+
+    fn publish(&self) {
+        self.shared
+            .running
+            .store(self.sched.num_running(), Ordering::Release);
+        self.shared
+            .kv_usage_ppm
+            .store((self.sched.kv_usage() * 1e6) as u64, Ordering::Release);
+    }
+}
+
+/// Logs a request whose client went away; its permit and sequence are already let go.
+fn departed(id: SeqId, a: &Active) {
+    tracing::debug!(
+        parent: &a.span,
+        id,
+        prompt_tokens = a.prompt_tokens,
+        completion_tokens = a.generated,
+        "sequence of a departed client freed"
+    );
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic")
+}

@@ -1,0 +1,195 @@
+//! The submitting side of the engine: admission, and the counters it reads.
+//!
+//! Admission is decided here, not on the engine thread, so a full server answers 429 at once
+//! instead of after the current step. The waiting queue is a semaphore of `max_waiting`
+//! permits: a submission takes one (`try_acquire_owned`, none left: `QueueFull`) and the
+//! request carries it until the engine first schedules it, or drops it unscheduled (finished,
+//! failed, cancelled, refused). Dropping is the only release, so no path can forget one;
+//! "waiting" is exactly the permits out: submitted and not yet scheduled once.
+
+use crate::request::{EngineRequest, SubmitError};
+use braid_sched::SchedulerConfig;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// A request on its way to the engine, holding its place in the waiting queue.
+pub struct Submitted {
+    pub request: EngineRequest,
+    pub waiting: OwnedSemaphorePermit,
+}
+
+/// What the engine thread publishes after every step, the waiting queue, and the server's
+/// own flags.
+pub(crate) struct EngineShared {
+    /// One permit per place in the waiting queue.
+    waiting: Arc<Semaphore>,
+    max_waiting: usize,
+    pub running: AtomicUsize,
+    /// KV usage × 1e6 (atomics have no f64).
+    pub kv_usage_ppm: AtomicU64,
+    pub draining: AtomicBool,
+    pub alive: AtomicBool,
+    pub next_id: AtomicU64,
+}
+
+impl EngineShared {
+    /// Requests submitted and not yet scheduled once.
+    pub fn num_waiting(&self) -> usize {
+        self.max_waiting - self.waiting.available_permits()
+    }
+}
+
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Submitted>,
+    shared: Arc<EngineShared>,
+    sched: Arc<SchedulerConfig>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct EngineStats {
+    pub waiting: usize,
+    pub running: usize,
+    pub kv_usage: f64,
+}
+
+impl EngineHandle {
+    /// A handle for an engine reading `tx`, admitting up to `max_waiting` unscheduled
+    /// requests and refusing any that `sched` could never run. Marks the engine alive.
+    pub fn new(tx: mpsc::Sender<Submitted>, sched: SchedulerConfig, max_waiting: usize) -> Self {
+        let shared = Arc::new(EngineShared {
+            waiting: Arc::new(Semaphore::new(max_waiting)),
+            max_waiting,
+            running: AtomicUsize::new(0),
+            kv_usage_ppm: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            next_id: AtomicU64::new(0),
+        });
+        Self {
+            tx,
+            shared,
+            sched: Arc::new(sched),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<EngineShared> {
+        &self.shared
+    }
+
+    pub fn next_request_id(&self) -> u64 {
+        self.shared.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues `req`: `ShuttingDown` when draining, `EngineStopped` when the engine is gone,
+    /// `Refused` when it could never run, `QueueFull` when `max_waiting` are waiting.
+    pub fn submit(&self, req: EngineRequest) -> Result<(), SubmitError> {
+        if self.shared.draining.load(Ordering::Acquire) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        if !self.shared.alive.load(Ordering::Acquire) {
+            return Err(SubmitError::EngineStopped);
+        }
+        self.sched.check_request(req.prompt.len(), req.max_tokens)?;
+        let waiting = self
+            .shared
+            .waiting
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| SubmitError::QueueFull {
+                waiting: self.shared.num_waiting(),
+            })?;
+        self.tx
+            .send(Submitted {
+                request: req,
+                waiting,
+            })
+            .map_err(|_| SubmitError::EngineStopped)
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            waiting: self.shared.num_waiting(),
+            running: self.shared.running.load(Ordering::Acquire),
+            kv_usage: self.shared.kv_usage_ppm.load(Ordering::Acquire) as f64 / 1e6,
+        }
+    }
+
+    /// Stop admitting: new submissions get `ShuttingDown`.
+    pub fn start_draining(&self) {
+        self.shared.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.shared.draining.load(Ordering::Acquire)
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use braid_model::SamplingParams;
+    use std::time::Instant;
+
+    fn request(h: &EngineHandle) -> EngineRequest {
+        EngineRequest {
+            id: h.next_request_id(),
+            prompt: vec![1, 2, 3],
+            max_tokens: 4,
+            params: SamplingParams::greedy(),
+            stop_token_ids: vec![],
+            arrival: Instant::now(),
+            events: tokio::sync::mpsc::unbounded_channel().0,
+            span: tracing::Span::none(),
+        }
+    }
+
+    #[test]
+    fn a_place_in_the_queue_is_held_until_the_request_lets_go_of_it() {
+        let (tx, rx) = mpsc::channel();
+        let h = EngineHandle::new(tx, SchedulerConfig::default(), 2);
+        h.submit(request(&h)).unwrap();
+        h.submit(request(&h)).unwrap();
+        assert_eq!(h.stats().waiting, 2);
+        assert_eq!(
+            h.submit(request(&h)),
+            Err(SubmitError::QueueFull { waiting: 2 })
+        );
+        let first = rx.recv().unwrap();
+        drop(first.waiting); // scheduled
+        assert_eq!(h.stats().waiting, 1);
+        h.submit(request(&h)).unwrap();
+        assert_eq!(h.stats().waiting, 2);
+        drop(rx); // the engine is gone: its queued requests go with it
+        assert_eq!(h.stats().waiting, 0);
+        assert_eq!(h.submit(request(&h)), Err(SubmitError::EngineStopped));
+        assert_eq!(
+            h.stats().waiting,
+            0,
+            "a failed submission gives its place back"
+        );
+    }
+
+    #[test]
+    fn refusals_come_before_the_queue() {
+        let (tx, _rx) = mpsc::channel();
+        let h = EngineHandle::new(tx, SchedulerConfig::default(), 0);
+        let mut req = request(&h);
+        req.prompt.clear();
+        assert_eq!(
+            h.submit(req),
+            Err(SubmitError::Refused(braid_sched::AddError::EmptyPrompt))
+        );
+        assert_eq!(
+            h.submit(request(&h)),
+            Err(SubmitError::QueueFull { waiting: 0 })
+        );
+        h.start_draining();
+        assert_eq!(h.submit(request(&h)), Err(SubmitError::ShuttingDown));
+    }
+}

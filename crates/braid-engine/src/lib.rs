@@ -1,0 +1,46 @@
+//! braid-engine: the thread that runs the model, one planned step after another.
+//!
+//! A request's path through braid, and where each piece lives:
+//!
+//! ```text
+//!  braid-server handler ── validate, tokenize ──▶ EngineHandle::submit ── 429 / 400 / 503 at once
+//!        ▲                                              │ std mpsc (+ a waiting-queue permit)
+//!        │                                              ▼
+//!        │                         engine thread ─ admit: Scheduler::add (braid-sched)
+//!        │                                              │
+//!        │                                  plan ◀──────┘   Scheduler::plan → StepPlan
+//!        │                                   │
+//!        │                                forward          one batch over every chunk (braid-model)
+//!        │                                   │
+//!        │                                sample           per sampled row (braid-model)
+//!        │                                   │
+//!        │                                commit           Scheduler::commit: who finished, and why
+//!        │                                   │
+//!        │                     EngineObserver::step / ::request   (StepStats, RequestEvent values)
+//!        │                                   │
+//!        └──── EngineEvent::{Token, Done, Failed} on the request's own channel
+//! ```
+//!
+//! The engine is a plain OS thread, not a tokio task: a step is tens of milliseconds of
+//! CPU work that fans out to the rayon compute pool, and run on an async worker it would
+//! stall every connection's I/O behind it. It blocks on its request channel when idle and
+//! never awaits anything.
+//!
+//! Nothing here speaks HTTP or Prometheus. The engine reports each step as a [`StepStats`]
+//! value and each request's milestones as [`RequestEvent`]s to an [`EngineObserver`] the
+//! server supplies, which turns them into metrics and the live dashboard.
+
+mod calibrate;
+pub mod compute_pool;
+mod config;
+mod engine;
+mod handle;
+mod observer;
+mod request;
+
+pub use braid_sched::FinishReason;
+pub use config::EngineConfig;
+pub use engine::spawn_engine;
+pub use handle::{EngineHandle, EngineStats, Submitted};
+pub use observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
+pub use request::{EngineEvent, EngineRequest, Finished, SubmitError};

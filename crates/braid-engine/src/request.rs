@@ -1,0 +1,63 @@
+//! What a submitter and the engine thread say to each other about one request.
+//!
+//! A submitter hands over a validated `EngineRequest` and keeps the receiving end of its event
+//! channel; the engine sends every sampled token and the ending there. Cancelling is dropping
+//! the receiver: the engine sees the closed channel before its next step and frees the
+//! sequence. The request's tracing span comes along, so the engine's log lines about it
+//! carry the id and endpoint the server gave it.
+
+use braid_model::{Sampled, SamplingParams};
+use braid_sched::{AddError, FinishReason};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+pub struct EngineRequest {
+    pub id: u64,
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub params: SamplingParams,
+    /// Generation ends when one of these is sampled (empty with `ignore_eos`). The stop token
+    /// itself is not part of the output.
+    pub stop_token_ids: Vec<u32>,
+    pub arrival: Instant,
+    pub events: UnboundedSender<EngineEvent>,
+    /// The request's span; the engine's per-request log events are its children.
+    pub span: tracing::Span,
+}
+
+/// How a request ended, with its counts.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Arrival to first scheduled, when it was scheduled at all.
+    pub queue_secs: Option<f64>,
+}
+
+#[derive(Debug)]
+pub enum EngineEvent {
+    /// A generated token (never a stop token); `finished` is set on the last one, when the
+    /// token limit or the context ended the request (nothing follows it).
+    Token {
+        token: Sampled,
+        finished: Option<Finished>,
+    },
+    /// The last event of a request a stop token ended (the stop token is not sent).
+    Done(Finished),
+    /// The engine failed while this request ran (model error or engine panic).
+    Failed(String),
+}
+
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
+pub enum SubmitError {
+    #[error("the server is at capacity: {waiting} requests are already waiting; retry later")]
+    QueueFull { waiting: usize },
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("the inference engine has stopped")]
+    EngineStopped,
+    /// The request could never run, whatever else is queued (e.g. larger than the KV pool).
+    #[error(transparent)]
+    Refused(#[from] AddError),
+}

@@ -1,0 +1,129 @@
+//! The engine's reports, turned into what the server shows: Prometheus metrics (under
+//! vLLM's names, see `metrics.rs`) and the live step feed of `GET /debug/steps`.
+//!
+//! The engine only hands over values (`StepStats` per step, `RequestEvent`s per request); it
+//! knows nothing of Prometheus or SSE. This is the one place that decides which value feeds
+//! which metric.
+
+use crate::metrics::Metrics;
+use braid_engine::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
+use std::sync::{Arc, OnceLock};
+use tokio::sync::broadcast;
+
+/// One engine step as the live view draws it (`GET /debug/steps`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepRecord {
+    /// Seconds since the engine started.
+    pub t: f64,
+    pub prefill_tokens: usize,
+    pub decode_tokens: usize,
+    pub duration_ms: f64,
+    pub predicted_ms: Option<f64>,
+    pub target_ms: Option<f64>,
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_usage: f64,
+    pub preempted: usize,
+    /// Gaps (ms) between this step's tokens and the previous token of the same stream.
+    pub itl_ms: Vec<f64>,
+}
+
+/// Updates `Metrics` and broadcasts `StepRecord`s from the engine's reports.
+pub struct MetricsObserver {
+    metrics: Arc<Metrics>,
+    steps: broadcast::Sender<StepRecord>,
+    /// The latency target in ms, known once the engine has started.
+    target_ms: OnceLock<Option<f64>>,
+}
+
+impl MetricsObserver {
+    pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            metrics,
+            steps: broadcast::channel(1024).0,
+            target_ms: OnceLock::new(),
+        })
+    }
+
+    /// A live feed of every engine step; a slow reader skips steps rather than slowing the
+    /// engine.
+    pub fn subscribe_steps(&self) -> broadcast::Receiver<StepRecord> {
+        self.steps.subscribe()
+    }
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl EngineObserver for MetricsObserver {
+    fn started(&self, info: &EngineInfo) {
+        let _ = self.target_ms.set(info.itl_target.map(ms));
+        self.metrics
+            .cache_config_info
+            .with_label_values(&[
+                info.block_size.to_string().as_str(),
+                info.num_blocks.to_string().as_str(),
+                if info.prefix_caching { "True" } else { "False" },
+            ])
+            .set(1);
+    }
+
+    fn step(&self, s: &StepStats) {
+        let m = &self.metrics;
+        m.step_duration.observe(s.duration.as_secs_f64());
+        m.iteration_tokens
+            .observe((s.prefill_tokens + s.decode_tokens) as f64);
+        m.prefix_cache_queries_total.inc_by(s.prefix_cache.queries);
+        m.prefix_cache_hits_total.inc_by(s.prefix_cache.hits);
+        if self.steps.receiver_count() > 0 {
+            let _ = self.steps.send(StepRecord {
+                t: s.at.as_secs_f64(),
+                prefill_tokens: s.prefill_tokens,
+                decode_tokens: s.decode_tokens,
+                duration_ms: ms(s.duration),
+                predicted_ms: s.predicted.map(ms),
+                target_ms: self.target_ms.get().copied().flatten(),
+                running: s.running,
+                waiting: s.waiting,
+                kv_usage: s.kv_usage,
+                preempted: s.preempted.len(),
+                itl_ms: s.token_gaps.iter().copied().map(ms).collect(),
+            });
+        }
+    }
+
+    fn request(&self, _id: u64, event: &RequestEvent) {
+        let m = &self.metrics;
+        match *event {
+            RequestEvent::Queued { prompt_tokens } => {
+                m.prompt_tokens_total.inc_by(prompt_tokens as u64)
+            }
+            RequestEvent::Scheduled { queue_time } => {
+                m.request_queue_time.observe(queue_time.as_secs_f64())
+            }
+            RequestEvent::Token(timing) => {
+                match timing {
+                    TokenTiming::First(ttft) => m.time_to_first_token.observe(ttft.as_secs_f64()),
+                    TokenTiming::Next(gap) => m.inter_token_latency.observe(gap.as_secs_f64()),
+                }
+                m.generation_tokens_total.inc();
+            }
+            RequestEvent::Preempted => m.num_preemptions_total.inc(),
+            RequestEvent::Finished {
+                reason,
+                prompt_tokens,
+                completion_tokens,
+                e2e,
+            } => {
+                m.e2e_request_latency.observe(e2e.as_secs_f64());
+                m.request_prompt_tokens.observe(prompt_tokens as f64);
+                m.request_generation_tokens
+                    .observe(completion_tokens as f64);
+                m.request_success_total
+                    .with_label_values(&[reason.as_str()])
+                    .inc();
+            }
+        }
+    }
+}
