@@ -16,6 +16,7 @@
 //! falls in, so a sequence's result does not depend on who else is in the batch (bit-identical).
 //! `matmul_reference` is the portable path, used where VNNI is missing and as the tests' oracle.
 
+use crate::send_ptr::SendPtr;
 use half::f16;
 use rayon::prelude::*;
 
@@ -156,7 +157,9 @@ fn has_vnni() -> bool {
     {
         static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *VNNI.get_or_init(|| {
-            std::env::var_os("BRAID_PORTABLE_KERNEL").is_none()
+            // Miri cannot run AVX-512 intrinsics; it checks the portable path.
+            !cfg!(miri)
+                && std::env::var_os("BRAID_PORTABLE_KERNEL").is_none()
                 && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vnni")
@@ -182,35 +185,44 @@ pub fn matmul(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
     let threads = rayon::current_num_threads().max(1);
     // Enough chunks to balance two uneven cores, few enough that scheduling stays cheap.
     let chunk = n_tiles.div_ceil(threads * 2).max(1);
-    let out_ptr = SendPtr(out.as_mut_ptr());
+    // The tasks share the output through its raw pointer, not a `&mut` slice each: slices of
+    // the whole output would alias one another even though their writes do not.
+    let out = SendPtr::new(out.as_mut_ptr());
     (0..n_tiles.div_ceil(chunk)).into_par_iter().for_each(|c| {
         let tiles = c * chunk..((c + 1) * chunk).min(n_tiles);
-        let out_ptr = &out_ptr;
-        // SAFETY: each task writes only the output columns of its own tiles.
-        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.0, m * n) };
         #[cfg(target_arch = "x86_64")]
         if has_vnni() {
-            unsafe { vnni::matmul_tiles(x, w, tiles, out) };
+            // SAFETY: VNNI is present; `out` holds `m * n` floats (asserted above) and outlives
+            // the loop. Task `c` writes only the columns of tiles `tiles`, and the tasks' tile
+            // ranges do not overlap, so no element is written by two tasks or read by any.
+            unsafe { vnni::matmul_tiles(x, w, tiles, out.get()) };
             return;
         }
-        reference_tiles(x, w, tiles, out);
+        // SAFETY: as for the VNNI path: `m * n` floats, and this task's tiles are its own.
+        unsafe { reference_tiles(x, w, tiles, out.get()) };
     });
 }
 
 /// The portable path: identical arithmetic to the VNNI kernel, one element at a time.
 pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
-    reference_tiles(x, w, 0..w.n.div_ceil(TILE_N), out);
+    assert!(out.len() >= x.m * w.n);
+    // SAFETY: `out` holds `m * n` floats and is borrowed mutably for the call, so nothing
+    // else reads or writes it meanwhile.
+    unsafe { reference_tiles(x, w, 0..w.n.div_ceil(TILE_N), out.as_mut_ptr()) };
 }
 
-struct SendPtr(*mut f32);
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
-
-fn reference_tiles(
+/// Writes `out[row * n + col]` for every row and every column `col` of the tiles `tiles` (the
+/// 16 columns from `16 · tile`, fewer in a last partial tile), and nothing else.
+///
+/// # Safety
+///
+/// `out` must be valid for writes of `x.rows() * w.n()` floats, and no one else may read or
+/// write the elements this call writes until it returns.
+unsafe fn reference_tiles(
     x: &QuantizedRows,
     w: &PackedWeight,
     tiles: std::ops::Range<usize>,
-    out: &mut [f32],
+    out: *mut f32,
 ) {
     let (m, n, kbs) = (x.m, w.n, x.k_blocks);
     for t in tiles {
@@ -227,7 +239,9 @@ fn reference_tiles(
                     let scale = tile.scales[r].to_f32() * x.scales[row * kbs + kb];
                     acc = ((dot - x.corrections[row * kbs + kb]) as f32).mul_add(scale, acc);
                 }
-                out[row * n + t * TILE_N + r] = acc;
+                // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
+                // `m * n` the caller vouches for, and it is in one of this call's tiles.
+                unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
             }
         }
     }
@@ -243,12 +257,20 @@ mod vnni {
     /// Rows per panel (a multiple of MR).
     const MB: usize = 64;
 
+    /// The VNNI kernel for the tiles `tiles`: writes exactly what
+    /// [`super::reference_tiles`] writes, with the same values.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX-512F, AVX-512BW, AVX-512 VNNI and F16C. `out` must be valid for
+    /// writes of `x.rows() * w.n()` floats, and no one else may read or write the elements this
+    /// call writes until it returns.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
     pub unsafe fn matmul_tiles(
         x: &QuantizedRows,
         w: &PackedWeight,
         tiles: std::ops::Range<usize>,
-        out: &mut [f32],
+        out: *mut f32,
     ) {
         let (m, n, kbs) = (x.m, w.n, x.k_blocks);
         // Rows in panels small enough for their activations to stay in L2 while the panel
@@ -265,6 +287,8 @@ mod vnni {
                     (1u16 << valid) - 1
                 };
                 let mut row = panel;
+                // `row + MR <= end <= m`, `tile_row` is tile `t`'s `kbs` blocks, and `mask`
+                // stops at column `n`: what `rows_tile` needs, with `out` from our caller.
                 while row + MR <= end {
                     rows_tile::<MR, 2>(x, tile_row, row, kbs, out, n, t, mask);
                     row += MR;
@@ -277,6 +301,14 @@ mod vnni {
         }
     }
 
+    /// Rows `row0..row0 + R` times weight tile `t` (whose blocks are `tile_row`): writes the
+    /// columns of `mask`, counted from `16 · t`, of those rows.
+    ///
+    /// # Safety
+    ///
+    /// The CPU features of [`matmul_tiles`]; `row0 + R <= x.rows()`, `tile_row.len() == kbs ==
+    /// x.k_blocks`, and `mask` covers only columns below `n`. `out` must be valid for writes of
+    /// `x.rows() * n` floats, and no one else may read or write the elements this call writes.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn rows_tile<const R: usize, const A: usize>(
@@ -284,7 +316,7 @@ mod vnni {
         tile_row: &[super::Tile],
         row0: usize,
         kbs: usize,
-        out: &mut [f32],
+        out: *mut f32,
         n: usize,
         t: usize,
         mask: __mmask16,
@@ -302,12 +334,15 @@ mod vnni {
                 for (j, accs) in iacc.iter_mut().enumerate() {
                     let wv = _mm512_load_si512(tile.qs[g + j].as_ptr() as *const __m512i);
                     for (r, acc) in accs.iter_mut().enumerate() {
+                        // In bounds: row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4`
+                        // of its 32.
                         let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
                         *acc = _mm512_dpbusd_epi32(*acc, wv, _mm512_set1_epi32(a.read_unaligned()));
                     }
                 }
             }
             for (r, total) in facc.iter_mut().enumerate() {
+                // Below `m * kbs`, the length of `corrections` and `scales`.
                 let b = (row0 + r) * kbs + kb;
                 let corr = _mm512_set1_epi32(*x.corrections.get_unchecked(b));
                 let mut acc = iacc[0][r];
@@ -320,7 +355,9 @@ mod vnni {
             }
         }
         for (r, total) in facc.iter().enumerate() {
-            let dst = out.as_mut_ptr().add((row0 + r) * n + t * TILE_N);
+            // The masked store touches only the lanes of `mask`: a last partial tile does not
+            // spill into the next row's first columns, which may be another task's.
+            let dst = out.add((row0 + r) * n + t * TILE_N);
             _mm512_mask_storeu_ps(dst, mask, *total);
         }
     }
@@ -346,15 +383,23 @@ mod tests {
         out
     }
 
-    #[test]
-    fn kernel_matches_reference_and_f32() {
-        for &(m, n, k) in &[
+    /// Partial tiles, several tasks per matmul and the model's own widths; under Miri, which
+    /// runs the model's widths too slowly, small ones that still have partial tiles.
+    const SHAPES: &[(usize, usize, usize)] = if cfg!(miri) {
+        &[(1, 16, 32), (3, 40, 64), (5, 72, 32)]
+    } else {
+        &[
             (1, 16, 32),
             (3, 40, 64),
             (9, 960, 576),
             (17, 576, 1536),
             (64, 48, 96),
-        ] {
+        ]
+    };
+
+    #[test]
+    fn kernel_matches_reference_and_f32() {
+        for &(m, n, k) in SHAPES {
             let w = random(n * k, 1);
             let x = random(m * k, 2);
             let packed = PackedWeight::from_f32(&w, n, k);
@@ -387,14 +432,19 @@ mod tests {
 
     #[test]
     fn rows_do_not_depend_on_batch() {
-        let (n, k) = (48, 576);
+        // Fewer rows and a narrower K under Miri, which runs the full size too slowly.
+        let (m, n, k) = if cfg!(miri) {
+            (7, 40, 64)
+        } else {
+            (77, 48, 576)
+        };
         let w = PackedWeight::from_f32(&random(n * k, 3), n, k);
-        let x = random(77 * k, 4);
+        let x = random(m * k, 4);
         let mut q = QuantizedRows::default();
-        q.quantize(&x, 77, k);
-        let mut all = vec![0f32; 77 * n];
+        q.quantize(&x, m, k);
+        let mut all = vec![0f32; m * n];
         matmul(&q, &w, &mut all);
-        for row in 0..77 {
+        for row in 0..m {
             let mut one = QuantizedRows::default();
             one.quantize(&x[row * k..(row + 1) * k], 1, k);
             let mut out = vec![0f32; n];

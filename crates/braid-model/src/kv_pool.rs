@@ -144,8 +144,10 @@ mod tests {
 
     #[test]
     fn every_finite_half_widens_exactly() {
+        // Every 37th under Miri, which takes minutes over all of them.
         let finite: Vec<u16> = (0..=u16::MAX)
             .filter(|&b| f16::from_bits(b).is_finite())
+            .step_by(if cfg!(miri) { 37 } else { 1 })
             .collect();
         for &bits in &finite {
             let want = f16::from_bits(bits).to_f32().to_bits();

@@ -18,6 +18,7 @@ pub mod kv_pool;
 pub mod model;
 pub mod rope;
 pub mod sampling;
+mod send_ptr;
 #[cfg(any(test, feature = "test-util"))]
 pub mod tiny_gguf;
 pub mod tokenizer;

@@ -13,6 +13,7 @@ use crate::error::{ModelError, Result};
 use crate::int8_matmul::{matmul, QuantizedRows};
 use crate::kv_pool::KvPool;
 use crate::rope::Rope;
+use crate::send_ptr::SendPtr;
 use crate::weights::Weights;
 use rayon::prelude::*;
 
@@ -46,10 +47,6 @@ pub struct Workspace {
     last: Vec<f32>,
     logits: Vec<f32>,
 }
-
-struct SendPtr(*mut f32);
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
 
 impl Model {
     pub fn new(config: ModelConfig, weights: Weights) -> Self {
@@ -249,23 +246,33 @@ impl Model {
             }
             row += e.tokens.len();
         }
-        let qkv = SendPtr(ws.qkv.as_mut_ptr());
-        let out = SendPtr(ws.attn.as_mut_ptr());
+        let qkv = SendPtr::new(ws.qkv.as_mut_ptr());
+        let out = SendPtr::new(ws.attn.as_mut_ptr());
         // Costliest tiles first (rows × context), so the two cores finish together.
         tasks.sort_by_key(|(_, t)| std::cmp::Reverse(t.rows * (t.start + t.rows)));
         tasks
             .par_iter()
             .for_each_init(Scratch::default, |scratch, (row0, task)| {
-                let (qkv, out) = (&qkv, &out);
-                // SAFETY: each task reads its own query rows and writes its own (row, head) slots.
-                attend_group(
-                    kv,
-                    task,
-                    d,
-                    scratch,
-                    |i, head| unsafe { qkv.0.add((row0 + i) * qkv_w + head * d) as *const f32 },
-                    |i, head| unsafe { out.0.add((row0 + i) * h + head * d) },
-                );
+                // SAFETY: the task's rows `row0..row0 + task.rows` are rows of the step, so a
+                // query (the first `h` floats of a `qkv_w`-wide row of `ws.qkv`) and an output
+                // (a row of `ws.attn`, `h` wide) of `d` floats lies inside its buffer, both
+                // resized to the step's rows. Nothing writes `ws.qkv` during the loop, and
+                // every (row, head) of the step is in exactly one task, so the `d` floats of
+                // `ws.attn` a task writes are written and read by no other task.
+                unsafe {
+                    attend_group(
+                        kv,
+                        task,
+                        d,
+                        scratch,
+                        |i, head| {
+                            qkv.get()
+                                .wrapping_add((row0 + i) * qkv_w + head * d)
+                                .cast_const()
+                        },
+                        |i, head| out.get().wrapping_add((row0 + i) * h + head * d),
+                    )
+                };
             });
     }
 }
