@@ -3,7 +3,8 @@
 use braid_model::generate::{generate, GenerateOptions};
 use braid_model::{ChatMessage, IncrementalDecoder, LoadedModel, SamplingParams};
 use clap::{Args, Parser, Subcommand};
-use std::io::Write;
+use std::ffi::OsStr;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -152,12 +153,22 @@ fn main() {
     }
 }
 
+/// Whether log lines get ANSI colours: only on a terminal, since in a file or a log collector
+/// they are noise, and never with a non-empty NO_COLOR (https://no-color.org).
+fn colour_logs(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
 fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(colour_logs(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .init();
     match Cli::parse().command {
         Command::Tokenize { text, model } => {
@@ -252,4 +263,22 @@ fn run() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour_logs;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal() {
+        assert!(colour_logs(true, None));
+        assert!(!colour_logs(false, None));
+    }
+
+    #[test]
+    fn a_non_empty_no_color_turns_colour_off() {
+        assert!(!colour_logs(true, Some(OsStr::new("1"))));
+        assert!(colour_logs(true, Some(OsStr::new(""))));
+    }
 }
