@@ -1,11 +1,11 @@
 """Prefix caching on the real model: a request that shares a 1,000-token prefix with an earlier
-one is not read again (first token >= 5x sooner), answers exactly what it answers without the
-cache, and the hit counter says so."""
-
-import json
-import time
+one reuses every full block of it (the hit counter says so) and answers exactly what it answers
+without the cache. How much sooner its first token comes is the benchmark's to measure
+(`braid bench`), not a test's: on a slow or busy machine a timing bound fails for no fault."""
 
 import requests
+
+from conftest import complete
 
 PREFIX = (
     "You are a careful assistant for a library. The library opens at nine and closes at six. "
@@ -13,50 +13,57 @@ PREFIX = (
     "Late returns cost ten cents a day. The reading room is quiet, the children's corner is not. "
 ) * 18
 QUESTIONS = ["\nQ: When does the library close?\nA:", "\nQ: How many books may I borrow?\nA:"]
+BLOCK_SIZE = 16  # braid serve's default --block-size
 
 
-def first_token_and_text(url: str, prompt: str, max_tokens: int = 24) -> tuple[float, str]:
-    """Seconds to the first streamed text, and the whole greedy text."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    t0 = time.monotonic()
-    first, text = None, ""
-    with requests.post(url + "/v1/completions", json=body, stream=True, timeout=120) as r:
-        assert r.status_code == 200, r.text
-        for line in r.iter_lines():
-            if not line.startswith(b"data: ") or line == b"data: [DONE]":
-                continue
-            for choice in json.loads(line[6:]).get("choices", []):
-                if choice.get("text"):
-                    first = first if first is not None else time.monotonic() - t0
-                    text += choice["text"]
-    assert first is not None, "no text streamed"
-    return first, text
+def tokens(url: str, prompt: str) -> list[int]:
+    r = requests.post(url + "/tokenize", json={"prompt": prompt}, timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()["tokens"]
+
+
+def full_blocks(n_tokens: int) -> int:
+    """Tokens in the full blocks among the first `n_tokens`."""
+    return n_tokens // BLOCK_SIZE * BLOCK_SIZE
+
+
+def shared_len(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def greedy(url: str, prompt: str) -> str:
+    return complete(url, prompt=prompt, max_tokens=24, temperature=0)["choices"][0]["text"]
+
+
+def counters(server) -> tuple[float, float]:
+    m = server.metrics()
+    return m["braid_prefix_cache_hits_total"], m["braid_prefix_cache_queries_total"]
 
 
 def test_a_shared_prefix_is_read_once(make_server):
     cached = make_server()
     plain = make_server("--no-prefix-cache")
-    n = requests.post(cached.url + "/tokenize", json={"prompt": PREFIX}, timeout=10).json()["count"]
-    assert n >= 1000, n
+    assert len(tokens(cached.url, PREFIX)) >= 1000
+    first, second = (tokens(cached.url, PREFIX + q) for q in QUESTIONS)
+    shared = shared_len(first, second)
 
-    cold, first_answer = first_token_and_text(cached.url, PREFIX + QUESTIONS[0])
-    before = cached.metrics()
-    warm, answer = first_token_and_text(cached.url, PREFIX + QUESTIONS[1])
-    after = cached.metrics()
-    hits = after["braid_prefix_cache_hits_total"] - before["braid_prefix_cache_hits_total"]
-    queries = after["braid_prefix_cache_queries_total"] - before["braid_prefix_cache_queries_total"]
-    print(f"prefix {n} tokens: first token {cold * 1e3:.0f} ms cold, {warm * 1e3:.0f} ms cached "
-          f"({cold / warm:.1f}x); {hits:.0f} of {queries:.0f} tokens hit")
-    assert hits >= n - 16 - 8, "all full blocks of the shared prefix are reused"
-    assert queries >= n
-    assert cold >= 5 * warm, f"cold {cold:.3f}s vs cached {warm:.3f}s"
+    first_answer = greedy(cached.url, PREFIX + QUESTIONS[0])
+    hits, queries = counters(cached)
+    answer = greedy(cached.url, PREFIX + QUESTIONS[1])
+    hits_after, queries_after = counters(cached)
+    print(f"{len(second)} prompt tokens, {shared} shared: {hits_after - hits:.0f} hit")
+    assert hits_after - hits >= full_blocks(shared), "every full block of the shared prefix is reused"
+    assert queries_after - queries >= len(second)
 
-    # Exactly the greedy answer the server gives without the cache.
-    _, reference = first_token_and_text(plain.url, PREFIX + QUESTIONS[1])
-    assert answer == reference
+    # Exactly the greedy answers the server gives without the cache.
+    assert answer == greedy(plain.url, PREFIX + QUESTIONS[1])
+    assert first_answer == greedy(plain.url, PREFIX + QUESTIONS[0])
     assert len(answer) > 10
     assert plain.metrics()["braid_prefix_cache_hits_total"] == 0
-    # And the first request, repeated, hits everything but its last block and answers the same.
-    again_ttft, again = first_token_and_text(cached.url, PREFIX + QUESTIONS[0])
-    assert again == first_answer
-    assert cold >= 5 * again_ttft
+
+    # The first request, repeated, reuses every full block of its prompt (all but the last token's
+    # block when the prompt fills its last block exactly) and answers the same.
+    hits, _ = counters(cached)
+    assert greedy(cached.url, PREFIX + QUESTIONS[0]) == first_answer
+    hits_after, _ = counters(cached)
+    assert hits_after - hits >= full_blocks(len(first) - 1)
