@@ -242,11 +242,15 @@ impl Engine {
             Err(e) => return self.fail_all(&format!("model error: {e}")),
         };
         let ids: Vec<(SeqId, u32)> = sampled.iter().map(|(id, s)| (*id, s.token)).collect();
-        let ended: HashMap<SeqId, (FinishReason, usize)> = self
+        let finished: Vec<(SeqId, FinishReason, usize)> = self
             .sched
             .commit(plan, &ids)
             .into_iter()
-            .map(|f| (f.seq.id, (f.reason, f.seq.cached_tokens)))
+            .map(|f| (f.seq.id, f.reason, f.seq.cached_tokens))
+            .collect();
+        let ended: HashMap<SeqId, (FinishReason, usize)> = finished
+            .iter()
+            .map(|&(id, reason, cached)| (id, (reason, cached)))
             .collect();
         let duration = started.elapsed();
         self.sched
@@ -293,7 +297,10 @@ impl Engine {
             decode_tokens: plan.num_decodes(),
             duration,
             predicted: plan.predicted_secs.map(Duration::from_secs_f64),
-            finished: ended.iter().map(|(&id, &(r, _))| (id, r)).collect(),
+            finished: finished
+                .iter()
+                .map(|&(id, reason, _)| (id, reason))
+                .collect(),
             preempted: plan.preempted.clone(),
             prefix_cache: plan.prefix_cache,
             kv_usage: self.sched.kv_usage(),
