@@ -127,3 +127,98 @@ impl EngineObserver for MetricsObserver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use braid_engine::FinishReason;
+    use braid_sched::PrefixCacheStats;
+    use std::time::Duration;
+
+    fn step(gaps_ms: &[u64]) -> StepStats {
+        StepStats {
+            at: Duration::from_secs(3),
+            prefill_tokens: 30,
+            decode_tokens: 2,
+            duration: Duration::from_millis(40),
+            predicted: Some(Duration::from_millis(50)),
+            finished: vec![(1, FinishReason::Length)],
+            preempted: vec![4, 5],
+            prefix_cache: PrefixCacheStats {
+                queries: 64,
+                hits: 48,
+            },
+            kv_usage: 0.25,
+            running: 3,
+            waiting: 1,
+            token_gaps: gaps_ms
+                .iter()
+                .map(|&ms| Duration::from_millis(ms))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_report_feeds_its_metric() {
+        let metrics = Arc::new(Metrics::new());
+        let o = MetricsObserver::new(metrics.clone());
+        o.started(&EngineInfo {
+            block_size: 16,
+            num_blocks: 99,
+            prefix_caching: true,
+            itl_target: Some(Duration::from_millis(100)),
+        });
+        let mut feed = o.subscribe_steps();
+        o.step(&step(&[20, 30]));
+        let ms = Duration::from_millis;
+        for event in [
+            RequestEvent::Queued { prompt_tokens: 30 },
+            RequestEvent::Scheduled { queue_time: ms(5) },
+            RequestEvent::Token(TokenTiming::First(ms(60))),
+            RequestEvent::Token(TokenTiming::Next(ms(20))),
+            RequestEvent::Preempted,
+            RequestEvent::Finished {
+                reason: FinishReason::Stop,
+                prompt_tokens: 30,
+                completion_tokens: 2,
+                e2e: ms(200),
+            },
+        ] {
+            o.request(1, &event);
+        }
+        let text = metrics.render();
+        for line in [
+            "braid_step_duration_seconds_count 1",
+            "braid_iteration_tokens_total_sum 32",
+            "braid_prefix_cache_queries_total 64",
+            "braid_prefix_cache_hits_total 48",
+            "braid_prompt_tokens_total 30",
+            "braid_request_queue_time_seconds_count 1",
+            "braid_time_to_first_token_seconds_count 1",
+            "braid_inter_token_latency_seconds_count 1",
+            "braid_generation_tokens_total 2",
+            "braid_num_preemptions_total 1",
+            "braid_e2e_request_latency_seconds_count 1",
+            "braid_request_generation_tokens_sum 2",
+            "braid_request_success_total{finished_reason=\"stop\"} 1",
+            r#"braid_cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="99"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        let record = feed.try_recv().unwrap();
+        assert_eq!(
+            (
+                record.prefill_tokens,
+                record.decode_tokens,
+                record.preempted
+            ),
+            (30, 2, 2)
+        );
+        assert_eq!((record.t, record.duration_ms), (3.0, 40.0));
+        assert_eq!(
+            (record.predicted_ms, record.target_ms),
+            (Some(50.0), Some(100.0))
+        );
+        assert_eq!(record.itl_ms, [20.0, 30.0]);
+    }
+}
