@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The standard benchmark suite: builds release, starts braid on the default model, runs
-# `braid bench` scaling / interference (braided and with --no-chunked-prefill) / poisson and
-# the engine alone, writes docs/benchmarks/<date>/ (JSON + SVG) and regenerates
+# `braid bench` scaling / interference (braided and with --no-chunked-prefill) / poisson /
+# prefix-cache and the engine alone, writes docs/benchmarks/<date>/ (JSON + SVG) and regenerates
 # docs/PERFORMANCE.md from it. With LLAMA_SERVER=/path/to/llama-server, the same suite also
 # runs against llama.cpp's server on the same GGUF with the same threads, in the same run,
 # and the report gives braid/llama.cpp ratios.
@@ -38,7 +38,7 @@ start_braid() {
   wait_ready
 }
 
-# The same three scenarios for any server.
+# The same scenarios for any server.
 suite() {
   local label=$1 dir=$2
   mkdir -p "$dir/overload"
@@ -50,6 +50,10 @@ suite() {
   local mix=(--prompt-mix 32:0.5,256:0.3,1024:0.2 --max-tokens 64 --slo-ttft-ms 2000 --slo-itl-p99-ms 150)
   "$BRAID" bench poisson "${common[@]}" --out "$dir" --rate 1.5 --duration-secs 40 "${mix[@]}" | tee "$dir/poisson.txt"
   "$BRAID" bench poisson "${common[@]}" --out "$dir/overload" --rate 3 --duration-secs 30 "${mix[@]}" | tee "$dir/poisson-overload.txt"
+  # The same long prompts cold, then again, then sharing a prefix: what a prefix cache saves
+  # (llama.cpp runs with --no-cache-prompt here, so it reuses nothing).
+  "$BRAID" bench prefix-cache "${common[@]}" --out "$dir" --prompts 8 --prompt-tokens 1000 --shared-prompts 8 \
+    --prefix-tokens 1000 --suffix-tokens 24 --max-tokens 8 | tee "$dir/prefix-cache.txt"
 }
 
 echo "== engine alone" >&2
@@ -86,7 +90,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
   "$BRAID" bench interference --url "http://127.0.0.1:$PORT" --label "llama.cpp -b 128 -ub 128" --out "$OUT/llama.cpp-b128" \
     --seed 7 --decoders 4 --decode-tokens 400 --long-prompt-tokens 1200 --long-prompts 3 --interval-secs 3 | tee "$OUT/llama.cpp-b128/interference.txt"
   cleanup
-  for s in scaling interference poisson overload/poisson; do
+  for s in scaling interference poisson overload/poisson prefix-cache; do
     "$BRAID" bench compare "$OUT/braid/$s.json" "$OUT/llama.cpp/$s.json" >"$OUT/compare-${s//\//-}.txt"
   done
 fi

@@ -52,8 +52,9 @@ def machine() -> str:
 def main(out: Path):
     engine = load(out / "engine.json")
     ctx = {c: load(out / f"engine-context-{c}.json") for c in (1024, 4096)}
-    braid = {s: load(out / "braid" / f"{s}.json") for s in ("scaling", "interference", "poisson")}
-    llama = {s: load(out / "llama.cpp" / f"{s}.json") for s in ("scaling", "interference", "poisson")}
+    scenarios = ("scaling", "interference", "poisson", "prefix-cache")
+    braid = {s: load(out / "braid" / f"{s}.json") for s in scenarios}
+    llama = {s: load(out / "llama.cpp" / f"{s}.json") for s in scenarios}
     nochunk = load(out / "braid-no-chunking" / "interference.json")
     llama_b128 = load(out / "llama.cpp-b128" / "interference.json")
     overload = {"braid": load(out / "braid" / "overload" / "poisson.json"), "llama.cpp": load(out / "llama.cpp" / "overload" / "poisson.json")}
@@ -174,6 +175,34 @@ def main(out: Path):
                 p(f"| {name} | {f(a['goodput_req_s'], 2)} | {a['succeeded']}/{a['requests']} | {f(a['throughput_tok_s'])} | {f(a['ttft_ms']['p50'], 0)} ms | {f(a['ttft_ms']['p99'], 0)} ms | {f(a['itl_ms']['p50'])} ms | {f(a['itl_ms']['p99'])} ms | {a['stalls']} |")
         p("")
 
+    prefix_cache(p, {"braid": braid["prefix-cache"], "llama.cpp `--no-cache-prompt` (same run)": llama["prefix-cache"]})
+
+
+def prefix_cache(p, reports):
+    """`braid bench prefix-cache`: TTFT of each group, and the server's cache counters."""
+    if not reports["braid"]:
+        return
+    q = reports["braid"].get("params", {})
+    p("## The same long prompt again, or a shared prefix (`braid bench prefix-cache`)\n")
+    p(f"{q.get('prompts', '?')} distinct {q.get('prompt_tokens', '?')}-token prompts sent one at a time (cold), then each once more (warm);")
+    p(f"then {q.get('shared_prompts', '?')} prompts of one {q.get('prefix_tokens', '?')}-token prefix and a {q.get('suffix_tokens', '?')}-token suffix of their own,")
+    p(f"the first of which brings the prefix to the server (shared-first). {q.get('max_tokens', '?')} output tokens each, greedy.")
+    p("Cache hits and queries are the rise of braid's `braid_prefix_cache_{hits,queries}_total` (tokens) during each group.\n")
+    p("| server | group | TTFT p50 | TTFT p90 | TTFT max | cold p50 ÷ p50 | cache hits / queries |")
+    p("|---|---|---|---|---|---|---|")
+    for name, r in reports.items():
+        if not r:
+            continue
+        counters = {c["group"]: c for c in (r.get("prefix_cache") or {}).get("counters", [])}
+        cold = (group(r, "cold") or {}).get("ttft_ms") or {}
+        for g in r["groups"]:
+            t = g["aggregate"].get("ttft_ms") or {}
+            ratio = f"{cold['p50'] / t['p50']:.1f}×" if cold.get("p50") and t.get("p50") else "–"
+            c = counters.get(g["name"])
+            hits = f"{c['hits']:,} / {c['queries']:,}" if c else "–"
+            p(f"| {name} | {g['name']} | {f(t.get('p50'), 0)} ms | {f(t.get('p90'), 0)} ms | {f(t.get('max'), 0)} ms | {ratio} | {hits} |")
+    p("")
+
 
 def targets(p, engine, braid, llama, nochunk):
     """The issues' targets, each against this run's figure."""
@@ -209,6 +238,11 @@ def targets(p, engine, braid, llama, nochunk):
     if nochunk:
         d = group(nochunk, "decoder")
         row("interference with `--no-chunked-prefill`: the stalls show", f"worst gap {f(d['worst_gap_ms'], 0)} ms, {d['stalls']} gaps > 250 ms", "stalls", d["stalls"] > 0)
+    pc = braid["prefix-cache"]
+    speedup = ((pc or {}).get("prefix_cache") or {}).get("warm_speedup")
+    if speedup is not None:
+        length = pc.get("params", {}).get("prompt_tokens", "?")
+        row(f"prefix cache: a repeated {length}-token prompt's TTFT p50, cold ÷ warm", f"{speedup:.1f}×", "≥ 5×", speedup >= 5)
     if rows:
         p("## Targets (issues \"Measure and win\" and \"Never stall\"), this run\n")
         p("| target | measured | goal | met |")

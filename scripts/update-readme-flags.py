@@ -17,7 +17,7 @@ others = []
 for cmd in ("generate", "chat", "tokenize", "bench-engine"):
     text = subprocess.run([binary, cmd, "--help"], capture_output=True, text=True, check=True).stdout
     others.append(f"<details><summary><code>braid {cmd}</code></summary>\n\n```text\n{text.strip()}\n```\n\n</details>")
-for scenario in ("scaling", "interference", "poisson"):
+for scenario in ("scaling", "interference", "poisson", "prefix-cache"):
     text = subprocess.run([binary, "bench", scenario, "--help"], capture_output=True, text=True, check=True).stdout
     others.append(f"<details><summary><code>braid bench {scenario}</code></summary>\n\n```text\n{text.strip()}\n```\n\n</details>")
 reference = "## Other commands\n\n" + "\n\n".join(others) + "\n"

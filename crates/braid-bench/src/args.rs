@@ -27,6 +27,8 @@ pub enum Scenario {
     Interference(InterferenceArgs),
     /// Open-loop Poisson arrivals with mixed prompt lengths: goodput under SLOs.
     Poisson(PoissonArgs),
+    /// Long prompts cold, then again, then sharing a prefix: what a prefix cache saves.
+    PrefixCache(PrefixCacheArgs),
     /// Print ratios a/b of two saved reports (throughput, goodput, latency percentiles).
     Compare(CompareArgs),
 }
@@ -37,6 +39,7 @@ impl Scenario {
             Scenario::Scaling(_) => "scaling",
             Scenario::Interference(_) => "interference",
             Scenario::Poisson(_) => "poisson",
+            Scenario::PrefixCache(_) => "prefix-cache",
             Scenario::Compare(_) => "compare",
         }
     }
@@ -186,6 +189,32 @@ pub struct PoissonArgs {
     pub max_tokens: usize,
 }
 
+/// One request at a time, each greedy and short, so TTFT is the time to read the prompt.
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct PrefixCacheArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Distinct long prompts, each sent once cold and then once more (warm).
+    #[arg(long, default_value_t = 8)]
+    pub prompts: usize,
+    /// Length of each of those prompts.
+    #[arg(long, default_value_t = 1000)]
+    pub prompt_tokens: usize,
+    /// Prompts made of one shared prefix and a suffix of their own (0: no such phase).
+    /// The first of them puts the prefix in the cache and is reported on its own.
+    #[arg(long, default_value_t = 8)]
+    pub shared_prompts: usize,
+    /// Length of the shared prefix.
+    #[arg(long, default_value_t = 1000)]
+    pub prefix_tokens: usize,
+    /// Length of each shared-prefix prompt's own suffix.
+    #[arg(long, default_value_t = 24)]
+    pub suffix_tokens: usize,
+    /// Tokens each request generates.
+    #[arg(long, default_value_t = 8)]
+    pub max_tokens: usize,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct CompareArgs {
     /// Report of the system to rate (numerator).
@@ -255,5 +284,18 @@ mod tests {
             panic!()
         };
         assert!(c.json);
+    }
+
+    #[test]
+    fn prefix_cache_defaults() {
+        let Scenario::PrefixCache(p) = parse(&["prefix-cache", "--prompts", "3"]) else {
+            panic!()
+        };
+        assert_eq!((p.prompts, p.prompt_tokens, p.max_tokens), (3, 1000, 8));
+        assert_eq!(
+            (p.shared_prompts, p.prefix_tokens, p.suffix_tokens),
+            (8, 1000, 24)
+        );
+        assert_eq!(Scenario::PrefixCache(p).name(), "prefix-cache");
     }
 }

@@ -111,6 +111,14 @@ impl Client {
         v["data"][0]["id"].as_str().map(str::to_string)
     }
 
+    /// The server's Prometheus text at `/metrics` (beside `/v1`), if it serves one.
+    pub async fn metrics(&self) -> Option<String> {
+        let root = self.base.strip_suffix("/v1").unwrap_or(&self.base);
+        let rb = self.authorized(self.http.get(format!("{root}/metrics")));
+        let resp = rb.timeout(Duration::from_secs(10)).send().await.ok()?;
+        resp.error_for_status().ok()?.text().await.ok()
+    }
+
     /// The model to ask for: the one given, else the server's first, else "default".
     pub async fn resolve_model(&self, explicit: Option<&str>) -> String {
         match explicit {

@@ -77,6 +77,7 @@ pub fn report(scenario: &str, label: &str, requests: Vec<RequestRecord>) -> Repo
         overall: aggregate(&requests, wall, 0.25, &slo),
         groups,
         interference: None,
+        prefix_cache: None,
         planned_requests: requests.len(),
         deadline_reached: false,
         requests,

@@ -6,13 +6,14 @@
 //! uses the measures of DESIGN.md ("Measures") by name and definition: TTFT, ITL, TPOT,
 //! stall, throughput, goodput.
 //!
-//! The main binary exposes it as `braid bench <scaling|interference|poisson|compare>`:
+//! The main binary exposes it as `braid bench <scaling|interference|poisson|prefix-cache|compare>`:
 //! flatten [`BenchArgs`] into a subcommand and call [`run`].
 //!
 //! ```text
 //! braid bench scaling      --url http://127.0.0.1:8080 --label braid --out results/braid
 //! braid bench interference --url http://127.0.0.1:8081 --label llama.cpp --out results/llama
 //! braid bench poisson      --rate 2 --duration-secs 60 --slo-ttft-ms 1000 --slo-itl-p99-ms 250
+//! braid bench prefix-cache --prompts 8 --prompt-tokens 1000 --out results/braid
 //! braid bench compare results/braid/scaling.json results/llama/scaling.json [--json]
 //! ```
 
@@ -45,6 +46,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Scaling(a) => &a.common,
         Scenario::Interference(a) => &a.common,
         Scenario::Poisson(a) => &a.common,
+        Scenario::PrefixCache(a) => &a.common,
     };
     let report = scenario::execute(&args.scenario).await?;
     println!("{}", report::summary_table(&report));

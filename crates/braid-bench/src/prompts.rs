@@ -128,17 +128,40 @@ pub struct PromptGen {
 impl PromptGen {
     /// The prompt of request `index`, about `len` tokens long (exactly, for token ids).
     pub fn prompt(&self, index: u64, len: usize) -> Prompt {
+        self.render(self.draw(index, len))
+    }
+
+    /// The prompt of `prefix_index` (`prefix_len` long), then that of `index` (`len`):
+    /// prompts with the same prefix index share that prefix exactly.
+    pub fn with_prefix(
+        &self,
+        prefix_index: u64,
+        prefix_len: usize,
+        index: u64,
+        len: usize,
+    ) -> Prompt {
+        let mut picks = self.draw(prefix_index, prefix_len);
+        picks.extend(self.draw(index, len));
+        self.render(picks)
+    }
+
+    /// Token ids, or indices into the word list, of request `index`.
+    fn draw(&self, index: u64, len: usize) -> Vec<u32> {
         let mut rng = StdRng::seed_from_u64(mix(self.seed, index));
+        (0..len)
+            .map(|_| match self.kind {
+                PromptKind::Tokens => rng.random_range(self.range.start..self.range.end),
+                // Drawn as usize, as before prompts could share a prefix: same seed, same words.
+                PromptKind::Words => rng.random_range(0..WORDS.len()) as u32,
+            })
+            .collect()
+    }
+
+    fn render(&self, picks: Vec<u32>) -> Prompt {
         match self.kind {
-            PromptKind::Tokens => Prompt::Tokens(
-                (0..len)
-                    .map(|_| rng.random_range(self.range.start..self.range.end))
-                    .collect(),
-            ),
+            PromptKind::Tokens => Prompt::Tokens(picks),
             PromptKind::Words => {
-                let words: Vec<&str> = (0..len)
-                    .map(|_| WORDS[rng.random_range(0..WORDS.len())])
-                    .collect();
+                let words: Vec<&str> = picks.iter().map(|&i| WORDS[i as usize]).collect();
                 Prompt::Text(words.join(" "))
             }
         }
@@ -221,6 +244,29 @@ mod tests {
             panic!()
         };
         assert_eq!(t.split(' ').count(), 50);
+    }
+
+    #[test]
+    fn prefixed_prompts_share_exactly_their_prefix() {
+        let g = gen(PromptKind::Tokens);
+        let Prompt::Tokens(prefix) = g.prompt(100, 40) else {
+            panic!()
+        };
+        let Prompt::Tokens(a) = g.with_prefix(100, 40, 1, 5) else {
+            panic!()
+        };
+        let Prompt::Tokens(b) = g.with_prefix(100, 40, 2, 5) else {
+            panic!()
+        };
+        assert_eq!(
+            (a.len(), &a[..40], &b[..40]),
+            (45, &prefix[..], &prefix[..])
+        );
+        assert_ne!(a[40..], b[40..]);
+        let Prompt::Text(t) = gen(PromptKind::Words).with_prefix(100, 40, 1, 5) else {
+            panic!()
+        };
+        assert_eq!(t.split(' ').count(), 45);
     }
 
     #[test]

@@ -18,6 +18,11 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// and the chart that draws them both depend on the report and not on each other.
 pub const DECODER: &str = "decoder";
 pub const LONG: &str = "long";
+/// The groups of the prefix-cache scenario, in the order it sends them.
+pub const COLD: &str = "cold";
+pub const WARM: &str = "warm";
+pub const SHARED_FIRST: &str = "shared-first";
+pub const SHARED: &str = "shared";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -43,6 +48,8 @@ pub struct Report {
     pub groups: Vec<Group>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interference: Option<InterferenceDetail>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<PrefixCacheDetail>,
     /// Requests the scenario meant to send.
     pub planned_requests: usize,
     /// `--max-duration-secs` cut the run short: fewer requests were sent than planned,
@@ -67,6 +74,36 @@ impl Report {
     pub fn group(&self, name: &str) -> Option<&Group> {
         self.groups.iter().find(|g| g.name == name)
     }
+
+    /// TTFT p50 of group `num` ÷ that of group `den`: how many times sooner `den`'s
+    /// first tokens came. `None` when either has no TTFT or `den`'s is 0.
+    pub fn ttft_p50_ratio(&self, num: &str, den: &str) -> Option<f64> {
+        let p50 = |name| Some(self.group(name)?.aggregate.ttft_ms?.p50);
+        let (a, b) = (p50(num)?, p50(den)?);
+        (b > 0.0).then(|| a / b)
+    }
+}
+
+/// What the prefix-cache scenario found beyond its groups' own figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrefixCacheDetail {
+    /// Cold TTFT p50 ÷ warm TTFT p50: how many times sooner a repeated prompt's first
+    /// token came.
+    pub warm_speedup: Option<f64>,
+    /// Cold TTFT p50 ÷ TTFT p50 of prompts whose long prefix an earlier one had.
+    pub shared_prefix_speedup: Option<f64>,
+    /// How much the server's `braid_prefix_cache_hits_total` and
+    /// `braid_prefix_cache_queries_total` rose during each group (tokens, for braid);
+    /// empty when its `/metrics` has neither.
+    #[serde(default)]
+    pub counters: Vec<CacheCounters>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheCounters {
+    pub group: String,
+    pub hits: u64,
+    pub queries: u64,
 }
 
 /// What each long prompt of the interference scenario did to the decoders.
@@ -202,7 +239,57 @@ pub fn summary_table(r: &Report) -> String {
         }
         out.push_str(&align(&rows));
     }
+    if let Some(detail) = &r.prefix_cache {
+        prefix_cache_table(&mut out, r, detail);
+    }
     out
+}
+
+fn prefix_cache_table(out: &mut String, r: &Report, detail: &PrefixCacheDetail) {
+    let _ = writeln!(
+        out,
+        "\nprefix cache (TTFT in ms; hits and queries: the server's counters' rise):"
+    );
+    let mut rows = vec![vec![
+        "group".to_string(),
+        "ok/sent".into(),
+        "TTFT p50".into(),
+        "TTFT p90".into(),
+        "TTFT max".into(),
+        "cold p50 ÷ p50".into(),
+        "cache hits".into(),
+        "queries".into(),
+    ]];
+    for g in &r.groups {
+        let a = &g.aggregate;
+        let c = detail.counters.iter().find(|c| c.group == g.name);
+        let count = |f: fn(&CacheCounters) -> u64| c.map_or("-".into(), |c| f(c).to_string());
+        rows.push(vec![
+            g.name.clone(),
+            format!("{}/{}", a.succeeded, a.requests),
+            ms(a.ttft_ms, |s| s.p50),
+            ms(a.ttft_ms, |s| s.p90),
+            ms(a.ttft_ms, |s| s.max),
+            r.ttft_p50_ratio(COLD, &g.name)
+                .map_or("-".into(), |x| format!("{x:.2}×")),
+            count(|c| c.hits),
+            count(|c| c.queries),
+        ]);
+    }
+    out.push_str(&align(&rows));
+    let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}×"));
+    let _ = writeln!(
+        out,
+        "speed-up of TTFT p50 over cold: warm {}, shared prefix {}",
+        x(detail.warm_speedup),
+        x(detail.shared_prefix_speedup)
+    );
+    if detail.counters.is_empty() {
+        let _ = writeln!(
+            out,
+            "(no braid_prefix_cache_* counters at the server's /metrics)"
+        );
+    }
 }
 
 /// Right-aligns columns (first column left-aligned).

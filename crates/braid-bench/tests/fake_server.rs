@@ -12,7 +12,7 @@ use braid_bench::record::Outcome;
 use braid_bench::stats::request_metrics;
 use braid_bench::{BenchArgs, Report};
 use clap::Parser;
-use common::{drawn, start, Behavior, BLUE, GREEN, ORANGE};
+use common::{drawn, start, start_caching, Behavior, BLUE, GREEN, ORANGE};
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
@@ -29,6 +29,20 @@ async fn bench(args: &[&str]) -> anyhow::Result<()> {
 
 fn read_report(path: &std::path::Path) -> Report {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Runs `bench SCENARIO --url URL --out DIR ARGS...`, which must succeed; returns the
+/// report it wrote and DIR, a new temporary folder.
+async fn bench_report(scenario: &str, url: &str, args: &[&str]) -> (Report, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap().to_string();
+    let mut v = vec![scenario, "--url", url, "--out", &out];
+    v.extend_from_slice(args);
+    bench(&v).await.unwrap();
+    (
+        read_report(&dir.path().join(format!("{scenario}.json"))),
+        dir,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,35 +201,31 @@ async fn interference_pairs_long_prompts_with_decoder_gaps() {
         done: true,
     }])
     .await;
-    let dir = tempfile::tempdir().unwrap();
-    bench(&[
+    let (r, dir) = bench_report(
         "interference",
-        "--url",
         &url,
-        "--decoders",
-        "2",
-        "--decode-tokens",
-        "8",
-        "--prompt-tokens",
-        "4",
-        "--long-prompt-tokens",
-        "50",
-        "--long-prompts",
-        "2",
-        "--long-max-tokens",
-        "2",
-        "--first-at-secs",
-        "0.02",
-        "--interval-secs",
-        "0.05",
-        "--warmup",
-        "1",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ])
-    .await
-    .unwrap();
-    let r = read_report(&dir.path().join("interference.json"));
+        &[
+            "--decoders",
+            "2",
+            "--decode-tokens",
+            "8",
+            "--prompt-tokens",
+            "4",
+            "--long-prompt-tokens",
+            "50",
+            "--long-prompts",
+            "2",
+            "--long-max-tokens",
+            "2",
+            "--first-at-secs",
+            "0.02",
+            "--interval-secs",
+            "0.05",
+            "--warmup",
+            "1",
+        ],
+    )
+    .await;
     let dec = r.group("decoder").unwrap().aggregate.clone();
     let long = r.group("long").unwrap().aggregate.clone();
     assert_eq!(
@@ -245,31 +255,27 @@ async fn interference_pairs_long_prompts_with_decoder_gaps() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poisson_sends_the_planned_mix_of_word_prompts() {
     let (url, fake) = start(vec![Behavior::quick()]).await;
-    let dir = tempfile::tempdir().unwrap();
-    bench(&[
+    let (r, dir) = bench_report(
         "poisson",
-        "--url",
         &url,
-        "--rate",
-        "40",
-        "--num-requests",
-        "6",
-        "--prompt-mix",
-        "4:0.5,9:0.5",
-        "--max-tokens",
-        "3",
-        "--prompt-kind",
-        "words",
-        "--warmup",
-        "0",
-        "--slo-ttft-ms",
-        "60000",
-        "--out",
-        dir.path().to_str().unwrap(),
-    ])
-    .await
-    .unwrap();
-    let r = read_report(&dir.path().join("poisson.json"));
+        &[
+            "--rate",
+            "40",
+            "--num-requests",
+            "6",
+            "--prompt-mix",
+            "4:0.5,9:0.5",
+            "--max-tokens",
+            "3",
+            "--prompt-kind",
+            "words",
+            "--warmup",
+            "0",
+            "--slo-ttft-ms",
+            "60000",
+        ],
+    )
+    .await;
     assert_eq!(
         (r.overall.requests, r.overall.succeeded, r.overall.slo_met),
         (6, 6, 6)
@@ -292,6 +298,116 @@ async fn poisson_sends_the_planned_mix_of_word_prompts() {
     let svg = std::fs::read_to_string(dir.path().join("poisson.svg")).unwrap();
     assert_eq!(drawn(&svg, "polyline", BLUE), 1, "TTFT CDF");
     assert_eq!(drawn(&svg, "polyline", ORANGE), 1, "ITL CDF");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_cache_times_cold_warm_and_shared_prompts_and_reads_the_counters() {
+    // 0.5 ms per token the fake's cache does not hold: 100 ms for a cold 200-token prompt.
+    let (url, fake) = start_caching(vec![Behavior::Prefill { us_per_token: 500 }]).await;
+    let (r, dir) = bench_report(
+        "prefix-cache",
+        &url,
+        &[
+            "--prompts",
+            "3",
+            "--prompt-tokens",
+            "200",
+            "--shared-prompts",
+            "3",
+            "--prefix-tokens",
+            "160",
+            "--suffix-tokens",
+            "8",
+            "--max-tokens",
+            "2",
+        ],
+    )
+    .await;
+    let sent: Vec<(&str, usize)> = r
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.aggregate.succeeded))
+        .collect();
+    assert_eq!(
+        sent,
+        [("cold", 3), ("warm", 3), ("shared-first", 1), ("shared", 2)]
+    );
+    let p50 = |g: &str| r.group(g).unwrap().aggregate.ttft_ms.unwrap().p50;
+    assert!(p50("cold") >= 100.0 && p50("shared-first") >= 84.0);
+    let detail = r.prefix_cache.as_ref().unwrap();
+    // Ratios of the groups' p50s (give or take the last bit the JSON round trip loses).
+    let near = |x: Option<f64>, y: f64| (x.unwrap() - y).abs() < 1e-9 * y;
+    assert!(near(detail.warm_speedup, p50("cold") / p50("warm")));
+    assert!(near(
+        detail.shared_prefix_speedup,
+        p50("cold") / p50("shared")
+    ));
+    assert!(detail.warm_speedup.unwrap() > 1.0);
+    // The fake reuses whole 16-token blocks and never a prompt's last token: 192 of each
+    // repeated 200, and the 160 of the prefix. The warm-up came before the first reading.
+    let counts: Vec<(&str, u64, u64)> = detail
+        .counters
+        .iter()
+        .map(|c| (c.group.as_str(), c.hits, c.queries))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("cold", 0, 600),
+            ("warm", 576, 600),
+            ("shared-first", 0, 168),
+            ("shared", 320, 336)
+        ]
+    );
+    // After the warm-up: the cold prompts, the same again, then one prefix, own suffixes.
+    let bodies: Vec<Vec<serde_json::Value>> = fake.bodies()[1..]
+        .iter()
+        .map(|b| b["prompt"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(bodies.len(), 9);
+    assert_eq!(bodies[0..3], bodies[3..6]);
+    assert_ne!(bodies[0], bodies[1]);
+    assert!(bodies[6..]
+        .iter()
+        .all(|p| p.len() == 168 && p[..160] == bodies[6][..160]));
+    assert!(bodies[7][160..] != bodies[8][160..]);
+    assert!(dir.path().join("prefix-cache.svg").exists());
+    let table = braid_bench::report::summary_table(&r);
+    assert!(
+        table.contains("cold p50 ÷ p50") && table.contains("576"),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_cache_runs_on_a_server_without_metrics() {
+    let (url, fake) = start(vec![Behavior::quick()]).await;
+    let (r, _dir) = bench_report(
+        "prefix-cache",
+        &url,
+        &[
+            "--prompts",
+            "2",
+            "--prompt-tokens",
+            "30",
+            "--shared-prompts",
+            "0",
+            "--prompt-kind",
+            "words",
+            "--warmup",
+            "0",
+        ],
+    )
+    .await;
+    let names: Vec<&str> = r.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["cold", "warm"]);
+    assert_eq!((r.overall.succeeded, r.planned_requests), (4, 4));
+    let detail = r.prefix_cache.as_ref().unwrap();
+    assert!(detail.counters.is_empty() && detail.warm_speedup.is_some());
+    assert_eq!(detail.shared_prefix_speedup, None);
+    let bodies = fake.bodies();
+    assert_eq!(bodies[0]["prompt"], bodies[2]["prompt"]);
+    assert!(braid_bench::report::summary_table(&r).contains("no braid_prefix_cache_"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,11 +12,12 @@
 
 pub mod interference;
 pub mod poisson;
+pub mod prefix_cache;
 pub mod scaling;
 
 use crate::args::{CommonArgs, Scenario};
 use crate::client::Client;
-use crate::prompts::PromptGen;
+use crate::prompts::{Prompt, PromptGen};
 use crate::record::RequestRecord;
 use crate::report::{now_utc, Group, InterferenceDetail, Report, SCHEMA_VERSION};
 use crate::stats::{aggregate, span_s};
@@ -94,9 +95,22 @@ impl Ctx {
         max_tokens: usize,
     ) -> RequestRecord {
         let prompt = self.prompts.prompt(id as u64, prompt_tokens);
+        self.send(id, group, &prompt, prompt_tokens, max_tokens)
+            .await
+    }
+
+    /// Sends `prompt` (about `prompt_tokens` long) as request `id` and records it.
+    pub async fn send(
+        &self,
+        id: usize,
+        group: &str,
+        prompt: &Prompt,
+        prompt_tokens: usize,
+        max_tokens: usize,
+    ) -> RequestRecord {
         let trace = self
             .client
-            .complete(&self.model, &prompt, max_tokens, self.deadline)
+            .complete(&self.model, prompt, max_tokens, self.deadline)
             .await;
         self.progress.inc(1);
         trace.into_record(id, group, prompt_tokens, max_tokens, self.t0)
@@ -158,6 +172,7 @@ impl Ctx {
             overall: aggregate(&requests, wall, common.stall_ms / 1e3, &common.slo()),
             groups,
             interference,
+            prefix_cache: None,
             deadline_reached,
             planned_requests: planned,
             requests,
@@ -171,6 +186,7 @@ pub async fn execute(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Scaling(a) => scaling::run(a).await,
         Scenario::Interference(a) => interference::run(a).await,
         Scenario::Poisson(a) => poisson::run(a).await,
+        Scenario::PrefixCache(a) => prefix_cache::run(a).await,
         Scenario::Compare(_) => anyhow::bail!("compare does not send requests"),
     }
 }

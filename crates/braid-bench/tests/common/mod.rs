@@ -27,6 +27,9 @@ pub enum Behavior {
     },
     /// Answers with this status and an OpenAI-style error body.
     Status(u16),
+    /// Streams `max_tokens` tokens 1 ms apart, the first after `us_per_token` µs for each
+    /// prompt token not in the prefix cache (all of them unless started with `caching`).
+    Prefill { us_per_token: u64 },
 }
 
 impl Behavior {
@@ -45,6 +48,30 @@ pub struct Fake {
     pub next: AtomicUsize,
     /// Body and `Authorization` header of every completion request received.
     pub received: Mutex<Vec<(Value, Option<String>)>>,
+    /// A prefix cache of whole 16-token blocks, and braid's counters of it at /metrics
+    /// (`None`: no cache, and /metrics answers 404).
+    pub cache: Option<Mutex<Cache>>,
+}
+
+#[derive(Default)]
+pub struct Cache {
+    pub prompts: Vec<Vec<Value>>,
+    pub hits: usize,
+    pub queries: usize,
+}
+
+impl Cache {
+    /// Looks a prompt up and keeps it; returns how many of its tokens were cached: its
+    /// longest common prefix with an earlier prompt, in whole blocks, less its last token.
+    fn admit(&mut self, prompt: &[Value]) -> usize {
+        let common = |p: &Vec<Value>| p.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let longest = self.prompts.iter().map(common).max().unwrap_or(0);
+        let hit = longest.min(prompt.len().saturating_sub(1)) / 16 * 16;
+        self.hits += hit;
+        self.queries += prompt.len();
+        self.prompts.push(prompt.to_vec());
+        hit
+    }
 }
 
 impl Fake {
@@ -60,10 +87,20 @@ impl Fake {
 
 /// Starts the server on 127.0.0.1 at a free port; returns its base URL.
 pub async fn start(script: Vec<Behavior>) -> (String, Arc<Fake>) {
+    serve(script, None).await
+}
+
+/// Like [`start`], with a prefix cache of token-id prompts and braid's counters of it.
+pub async fn start_caching(script: Vec<Behavior>) -> (String, Arc<Fake>) {
+    serve(script, Some(Mutex::default())).await
+}
+
+async fn serve(script: Vec<Behavior>, cache: Option<Mutex<Cache>>) -> (String, Arc<Fake>) {
     let fake = Arc::new(Fake {
         script,
         next: AtomicUsize::new(0),
         received: Mutex::new(vec![]),
+        cache,
     });
     let app = Router::new()
         .route(
@@ -73,11 +110,25 @@ pub async fn start(script: Vec<Behavior>) -> (String, Arc<Fake>) {
             }),
         )
         .route("/v1/completions", post(completions))
+        .route("/metrics", get(metrics))
         .with_state(fake.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (format!("http://{addr}"), fake)
+}
+
+async fn metrics(State(fake): State<Arc<Fake>>) -> Response {
+    let Some(cache) = &fake.cache else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let c = cache.lock().unwrap();
+    let text = format!(
+        "# TYPE braid_prefix_cache_hits_total counter\nbraid_prefix_cache_hits_total {}\n\
+         # TYPE braid_prefix_cache_queries_total counter\nbraid_prefix_cache_queries_total {}\n",
+        c.hits, c.queries
+    );
+    text.into_response()
 }
 
 fn chunk(v: Value) -> String {
@@ -94,6 +145,12 @@ async fn completions(
         .and_then(|h| h.to_str().ok())
         .map(str::to_string);
     fake.received.lock().unwrap().push((body.clone(), auth));
+    let empty = vec![];
+    let prompt = body["prompt"].as_array().unwrap_or(&empty);
+    let cached = match &fake.cache {
+        Some(c) => c.lock().unwrap().admit(prompt),
+        None => 0,
+    };
     let k = fake.next.fetch_add(1, Ordering::SeqCst);
     let behavior = fake.script[k % fake.script.len()].clone();
     let (first_ms, gap_ms, long_gap, done) = match behavior {
@@ -101,6 +158,10 @@ async fn completions(
             let status = StatusCode::from_u16(code).unwrap();
             let err = json!({"error": {"message": "scripted failure", "type": "server_error", "param": null, "code": code}});
             return (status, Json(err)).into_response();
+        }
+        Behavior::Prefill { us_per_token } => {
+            let first_ms = (prompt.len() - cached) as u64 * us_per_token / 1000;
+            (first_ms, 1, None, true)
         }
         Behavior::Stream {
             first_ms,
@@ -110,7 +171,7 @@ async fn completions(
         } => (first_ms, gap_ms, long_gap, done),
     };
     let n = body["max_tokens"].as_u64().unwrap_or(16) as usize;
-    let prompt_len = body["prompt"].as_array().map_or(0, Vec::len);
+    let prompt_len = prompt.len();
     // One event per step: n tokens, a closing choice, a usage chunk, then maybe [DONE].
     let stream = futures::stream::unfold(0usize, move |i| async move {
         let event = if i < n {
