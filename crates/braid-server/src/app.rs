@@ -24,7 +24,7 @@ use axum::Router;
 use std::time::Duration;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
     let cors = cors_layer(&state.cors_origins);
@@ -54,10 +54,17 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         None => routes,
     };
     routes
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            // The path only: a query string may carry `api_key`.
-            tracing::debug_span!("request", method = %req.method(), path = req.uri().path())
-        }))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    // The path only: a query string may carry `api_key`.
+                    tracing::debug_span!("request", method = %req.method(), path = req.uri().path())
+                })
+                // A 503 while loading or draining is the server working as meant (a health
+                // probe sees one at every start), and an engine failure logs its own error
+                // line: a 5xx here is a warning, not an error.
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
+        )
         .with_state(state)
 }
 
