@@ -12,8 +12,8 @@
 //! A failing step (model error or panic) must not leave anyone hanging: every request in
 //! flight gets a `Failed` event, the scheduler starts afresh (its new block allocator and
 //! prefix cache never read the old blocks, so the KV pool's memory is simply reused), and the
-//! engine keeps serving. A panic outside a step ends the thread; the process then exits, as nothing could
-//! answer its requests any more.
+//! engine keeps serving. A panic outside a step ends the thread; the process then exits, as
+//! nothing could answer its requests any more.
 
 use crate::config::EngineConfig;
 use crate::handle::{EngineHandle, EngineShared, Submitted};
