@@ -249,10 +249,6 @@ impl Engine {
             .into_iter()
             .map(|f| (f.seq.id, f.reason, f.seq.cached_tokens))
             .collect();
-        let ended: HashMap<SeqId, (FinishReason, usize)> = finished
-            .iter()
-            .map(|&(id, reason, cached)| (id, (reason, cached)))
-            .collect();
         let duration = started.elapsed();
         self.sched
             .observe_step(StepFeatures::of(plan), duration.as_secs_f64());
@@ -265,7 +261,11 @@ impl Engine {
             let Some(a) = self.active.get_mut(&id) else {
                 continue;
             };
-            let end = ended.get(&id).copied();
+            // A step ends few sequences: a scan beats building a map every step.
+            let end = finished
+                .iter()
+                .find(|f| f.0 == id)
+                .map(|&(_, reason, cached)| (reason, cached));
             let timing = match end {
                 Some((FinishReason::Stop, _)) => None,
                 _ => {
