@@ -170,7 +170,13 @@ fn run() -> anyhow::Result<()> {
             std::env::var_os("NO_COLOR").as_deref(),
         ))
         .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // The load-test client computes nothing; everything else refuses a kernel the CPU lacks
+    // before it loads a model.
+    if !matches!(cli.command, Command::Bench(_)) {
+        braid_model::kernels::select_from_env()?;
+    }
+    match cli.command {
         Command::Tokenize { text, model } => {
             let m = model.load()?;
             println!("{}", serde_json::to_string(&m.tokenizer.encode(&text)?)?);

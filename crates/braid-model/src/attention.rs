@@ -8,7 +8,8 @@
 //! attention). A row's result depends only on its position and its own cache, never on which
 //! other rows or heads share the task: chunked prefill and batching stay bit-identical.
 
-use crate::kv_pool::{widen16, KvPool};
+use crate::kernels::{Kernel, Lanes, PortableLanes};
+use crate::kv_pool::KvPool;
 
 /// Query rows of one sequence that one task handles together.
 pub const ROW_TILE: usize = 64;
@@ -42,6 +43,9 @@ pub struct Scratch {
 /// the same two buffers at once, and `&mut` slices of each task's parts could only be carved
 /// out by walking every task's rows and heads in order.
 ///
+/// The loops are compiled once per instruction set; `kernel` chooses which copy runs, and
+/// every copy computes the same bits.
+///
 /// # Safety
 ///
 /// For every `row < task.rows` and `head` in `task.first_head..task.first_head + task.group`:
@@ -49,14 +53,95 @@ pub struct Scratch {
 /// `head_dim` floats, for the whole call. The `out` vectors must not overlap one another or any
 /// `q` vector, and no one else may write a `q` vector, or read or write an `out` vector, until
 /// the call returns.
-pub unsafe fn attend_group(
+pub unsafe fn attend_group<Q, O>(
+    kernel: Kernel,
     pool: &KvPool,
     task: &GroupTask,
     head_dim: usize,
     s: &mut Scratch,
-    q: impl Fn(usize, usize) -> *const f32,
-    out: impl Fn(usize, usize) -> *mut f32,
-) {
+    q: Q,
+    out: O,
+) where
+    Q: Fn(usize, usize) -> *const f32,
+    O: Fn(usize, usize) -> *mut f32,
+{
+    assert!(
+        kernel.is_supported(),
+        "the {kernel} kernel does not run on this CPU"
+    );
+    // SAFETY: the CPU has the kernel's features (asserted); the rest is our caller's promise.
+    unsafe {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Vnni => attend_avx512(pool, task, head_dim, s, q, out),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni | Kernel::Avx2 => attend_avx2(pool, task, head_dim, s, q, out),
+            _ => attend::<PortableLanes, Q, O>(pool, task, head_dim, s, q, out),
+        }
+    }
+}
+
+/// [`attend`] compiled for AVX-512.
+///
+/// # Safety
+///
+/// The CPU must have AVX-512 F/BW/VL, AVX2, FMA and F16C; otherwise as for [`attend_group`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn attend_avx512<Q, O>(
+    pool: &KvPool,
+    task: &GroupTask,
+    head_dim: usize,
+    s: &mut Scratch,
+    q: Q,
+    out: O,
+) where
+    Q: Fn(usize, usize) -> *const f32,
+    O: Fn(usize, usize) -> *mut f32,
+{
+    // SAFETY: the features are enabled; the rest is our caller's promise.
+    unsafe { attend::<crate::kernels::Avx512Lanes, Q, O>(pool, task, head_dim, s, q, out) }
+}
+
+/// [`attend`] compiled for AVX2 with FMA and F16C.
+///
+/// # Safety
+///
+/// The CPU must have AVX2, FMA and F16C; otherwise as for [`attend_group`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn attend_avx2<Q, O>(
+    pool: &KvPool,
+    task: &GroupTask,
+    head_dim: usize,
+    s: &mut Scratch,
+    q: Q,
+    out: O,
+) where
+    Q: Fn(usize, usize) -> *const f32,
+    O: Fn(usize, usize) -> *mut f32,
+{
+    // SAFETY: the features are enabled; the rest is our caller's promise.
+    unsafe { attend::<crate::kernels::F16cLanes, Q, O>(pool, task, head_dim, s, q, out) }
+}
+
+/// The body of [`attend_group`], for one instruction set's [`Lanes`].
+///
+/// # Safety
+///
+/// The CPU must have `L`'s features; otherwise as for [`attend_group`].
+#[inline(always)]
+unsafe fn attend<L: Lanes, Q, O>(
+    pool: &KvPool,
+    task: &GroupTask,
+    head_dim: usize,
+    s: &mut Scratch,
+    q: Q,
+    out: O,
+) where
+    Q: Fn(usize, usize) -> *const f32,
+    O: Fn(usize, usize) -> *mut f32,
+{
     let (bs, d, g) = (pool.block_size(), head_dim, task.group);
     let scale = 1.0 / (d as f32).sqrt();
     let last_pos = task.start + task.rows - 1;
@@ -85,7 +170,8 @@ pub unsafe fn attend_group(
                 let n = visible(b, row);
                 let scores = &mut s.scores[(row * g + head) * width + b * bs..][..n];
                 for (k0, chunk) in scores.chunks_mut(LANES).enumerate() {
-                    let sixteen = scores16(qv, keys, bs, k0 * LANES);
+                    // SAFETY: our caller vouches for `L`'s features.
+                    let sixteen = unsafe { scores16::<L>(qv, keys, bs, k0 * LANES) };
                     for (sc, x) in chunk.iter_mut().zip(sixteen) {
                         *sc = x * scale;
                     }
@@ -107,7 +193,8 @@ pub unsafe fn attend_group(
         for row in first_row(b)..task.rows {
             for head in 0..g {
                 let weights = &s.scores[(row * g + head) * width + b * bs..][..visible(b, row)];
-                weighted_sum_into(output(row, head), weights, values);
+                // SAFETY: our caller vouches for `L`'s features.
+                unsafe { weighted_sum_into::<L>(output(row, head), weights, values) };
             }
         }
     }
@@ -119,16 +206,20 @@ const LANES: usize = 16;
 /// `q · k` for the 16 keys `first..first + 16` of a block whose keys are stored transposed
 /// (`keys[dim * block_size + slot]`). Each score is the sum, in lane order, of 16 partial sums
 /// that each accumulate every 16th dimension; a block needs `head_dim` to be a multiple of 16.
-#[inline]
-fn scores16(q: &[f32], keys: &[u16], bs: usize, first: usize) -> [f32; LANES] {
+///
+/// # Safety
+///
+/// The CPU must have `L`'s features.
+#[inline(always)]
+unsafe fn scores16<L: Lanes>(q: &[f32], keys: &[u16], bs: usize, first: usize) -> [f32; LANES] {
     let mut partial = [[0f32; LANES]; LANES];
     for (c, qc) in q.chunks_exact(LANES).enumerate() {
         for (lane, (&qv, acc)) in qc.iter().zip(partial.iter_mut()).enumerate() {
-            let krow = widen16(
-                keys[(c * LANES + lane) * bs + first..][..LANES]
-                    .try_into()
-                    .expect("16 keys"),
-            );
+            let keys16 = keys[(c * LANES + lane) * bs + first..][..LANES]
+                .try_into()
+                .expect("16 keys");
+            // SAFETY: our caller vouches for `L`'s features.
+            let krow = unsafe { L::widen16(keys16) };
             for (a, k) in acc.iter_mut().zip(krow) {
                 *a = qv.mul_add(k, *a);
             }
@@ -147,6 +238,7 @@ fn scores16(q: &[f32], keys: &[u16], bs: usize, first: usize) -> [f32; LANES] {
 /// vectorizes it (16 lanes at a time, a polynomial instead of a libm call per score): the
 /// softmax was a third of attention's time with scalar `exp`. The sum is taken in 16 lanes,
 /// then across them in a fixed order, so it depends only on the row's length.
+#[inline(always)]
 fn exp_shifted_in_place(xs: &mut [f32], max: f32) -> f32 {
     let mut lanes = [0f32; LANES];
     let mut chunks = xs.chunks_exact_mut(LANES);
@@ -189,17 +281,21 @@ fn exp_approx(x: f32) -> f32 {
 /// `out += Σ_j weights[j] · values[j]` (rows of `out.len()` floats, a multiple of 16), in order
 /// of `j` for every element. Each 16 lanes of the sum stay in one register across the block's
 /// keys instead of going through memory once per key.
-#[inline]
-fn weighted_sum_into(out: &mut [f32], weights: &[f32], values: &[u16]) {
+///
+/// # Safety
+///
+/// The CPU must have `L`'s features.
+#[inline(always)]
+unsafe fn weighted_sum_into<L: Lanes>(out: &mut [f32], weights: &[f32], values: &[u16]) {
     let d = out.len();
     for (c, lanes) in out.chunks_exact_mut(LANES).enumerate() {
         let mut acc: [f32; LANES] = lanes.try_into().expect("16 lanes");
         for (j, &wt) in weights.iter().enumerate() {
-            let v = widen16(
-                values[j * d + c * LANES..][..LANES]
-                    .try_into()
-                    .expect("16 lanes"),
-            );
+            let values16 = values[j * d + c * LANES..][..LANES]
+                .try_into()
+                .expect("16 lanes");
+            // SAFETY: our caller vouches for `L`'s features.
+            let v = unsafe { L::widen16(values16) };
             for (a, x) in acc.iter_mut().zip(v) {
                 *a = wt.mul_add(x, *a);
             }
@@ -291,7 +387,7 @@ mod tests {
         }
         let queries = rand_vec(ctx * 4 * d);
         let q = |row: usize, head: usize| queries[(row * 4 + head) * d..].as_ptr();
-        let run = |start: usize, rows: usize| {
+        let run = |kernel: Kernel, start: usize, rows: usize| {
             let mut out = vec![0f32; rows * 4 * d];
             let ptr = out.as_mut_ptr();
             for kv_head in 0..2 {
@@ -308,6 +404,7 @@ mod tests {
                 // each (row, head) has its own `d` floats in `out`.
                 unsafe {
                     attend_group(
+                        kernel,
                         &pool,
                         &task,
                         d,
@@ -319,7 +416,7 @@ mod tests {
             }
             out
         };
-        let whole = run(0, ctx);
+        let whole = run(Kernel::Portable, 0, ctx);
         for pos in [0, 15, 16, 17, 33, 63, 99].into_iter().filter(|&p| p < ctx) {
             for head in 0..4 {
                 let kv = head / 2;
@@ -338,10 +435,24 @@ mod tests {
         let tiles = [(17, 1), (20, 13), (37, 1), (50, 13), (90, 10)];
         for (start, rows) in tiles.into_iter().filter(|&(s, r)| s + r <= ctx) {
             assert_eq!(
-                run(start, rows),
+                run(Kernel::Portable, start, rows),
                 whole[start * 4 * d..(start + rows) * 4 * d],
                 "rows {start}..{}",
                 start + rows
+            );
+        }
+        // Every instruction set's copy of the loops computes the same bits, whole or in tiles.
+        for kernel in Kernel::supported() {
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            assert_eq!(
+                bits(run(kernel, 0, ctx)),
+                bits(whole.clone()),
+                "{kernel} differs from portable"
+            );
+            assert_eq!(
+                bits(run(kernel, 20, 13)),
+                bits(whole[20 * 4 * d..33 * 4 * d].to_vec()),
+                "{kernel} differs from portable on rows 20..33"
             );
         }
     }

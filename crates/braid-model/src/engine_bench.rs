@@ -136,7 +136,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         let _ = rates;
     }
     Ok(EngineBenchReport {
-        kernel: crate::int8_matmul::kernel_name(),
+        kernel: crate::kernels::active().name(),
         threads: rayon::current_num_threads(),
         weight_bytes: m.model.weights.size_in_bytes(),
         prefill_tokens_per_sec: median(prefill),

@@ -15,7 +15,7 @@
 //! Keys and values are stored as IEEE half floats (as llama.cpp and vLLM do by default): at long
 //! contexts attention is bound by reading them, and half the bytes also means twice the
 //! tokens in the same `--kv-cache-mb`. Attention widens them to f32 as it reads
-//! ([`widen16`]); all arithmetic stays in f32.
+//! ([`crate::kernels::Lanes`]); all arithmetic stays in f32.
 
 use crate::config::ModelConfig;
 use half::f16;
@@ -42,26 +42,6 @@ fn touched(len: usize) -> Vec<u16> {
         unsafe { std::ptr::write_volatile(v.as_mut_ptr().add(i), 0) };
     }
     v
-}
-
-/// Sixteen cached half floats as f32: one `vcvtph2ps` where the build targets AVX-512 (the
-/// default build targets the host CPU), [`f16_to_f32`] lane by lane elsewhere. The same values
-/// either way: the conversion is exact.
-#[inline(always)]
-pub fn widen16(bits: &[u16; 16]) -> [f32; 16] {
-    #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
-    {
-        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps};
-        // SAFETY: the build enables AVX-512F, the load reads exactly the 32 bytes of `bits`,
-        // and a 512-bit vector of f32 has the layout of [f32; 16].
-        unsafe {
-            std::mem::transmute(_mm512_cvtph_ps(_mm256_loadu_si256(
-                bits.as_ptr() as *const __m256i
-            )))
-        }
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
-    bits.map(f16_to_f32)
 }
 
 /// The f32 value of half-float bits, exactly, for every finite half (the cache holds no
@@ -152,16 +132,6 @@ mod tests {
         for &bits in &finite {
             let want = f16::from_bits(bits).to_f32().to_bits();
             assert_eq!(f16_to_f32(bits).to_bits(), want, "{bits:#06x}");
-        }
-        for chunk in finite.chunks_exact(16) {
-            let wide = widen16(chunk.try_into().unwrap());
-            for (&bits, got) in chunk.iter().zip(wide) {
-                assert_eq!(
-                    got.to_bits(),
-                    f16::from_bits(bits).to_f32().to_bits(),
-                    "{bits:#06x}"
-                );
-            }
         }
     }
 }

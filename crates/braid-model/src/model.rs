@@ -10,7 +10,7 @@
 use crate::attention::{attend_group, GroupTask, Scratch, ROW_TILE};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::int8_matmul::{matmul, QuantizedRows};
+use crate::kernels::{self, matmul, QuantizedRows};
 use crate::kv_pool::KvPool;
 use crate::rope::Rope;
 use crate::send_ptr::SendPtr;
@@ -248,6 +248,7 @@ impl Model {
         }
         let qkv = SendPtr::new(ws.qkv.as_mut_ptr());
         let out = SendPtr::new(ws.attn.as_mut_ptr());
+        let kernel = kernels::active();
         // Costliest tiles first (rows × context), so the two cores finish together.
         tasks.sort_by_key(|(_, t)| std::cmp::Reverse(t.rows * (t.start + t.rows)));
         tasks
@@ -261,6 +262,7 @@ impl Model {
                 // `ws.attn` a task writes are written and read by no other task.
                 unsafe {
                     attend_group(
+                        kernel,
                         kv,
                         task,
                         d,

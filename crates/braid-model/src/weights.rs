@@ -6,7 +6,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::int8_matmul::PackedWeight;
+use crate::kernels::PackedWeight;
 use candle_core::quantized::gguf_file::Content;
 use candle_core::Device;
 use std::fs::File;

@@ -16,6 +16,7 @@
 //! falls in, so a sequence's result does not depend on who else is in the batch (bit-identical).
 //! `matmul_reference` is the portable path, used where VNNI is missing and as the tests' oracle.
 
+use super::Kernel;
 use crate::send_ptr::SendPtr;
 use half::f16;
 use rayon::prelude::*;
@@ -28,28 +29,28 @@ pub const TILE_N: usize = 16;
 /// One block of 32 K values for 16 output rows: `qs[g][r][j]` holds weight (row r, k = 4g + j) + 128.
 #[derive(Clone)]
 #[repr(C, align(64))]
-struct Tile {
-    qs: [[u8; 4 * TILE_N]; BLOCK / 4],
-    scales: [f16; TILE_N],
+pub(super) struct Tile {
+    pub(super) qs: [[u8; 4 * TILE_N]; BLOCK / 4],
+    pub(super) scales: [f16; TILE_N],
 }
 
 /// A weight matrix of `n` outputs × `k` inputs, packed for the kernel.
 pub struct PackedWeight {
-    n: usize,
-    k: usize,
+    pub(super) n: usize,
+    pub(super) k: usize,
     /// `[n_tiles][k_blocks]`
-    tiles: Vec<Tile>,
+    pub(super) tiles: Vec<Tile>,
 }
 
 /// Activations quantized per row and per block of 32: signed values, their scale, and the
 /// `128 · Σq` correction that the unsigned weight offset adds to every block dot product.
 #[derive(Default)]
 pub struct QuantizedRows {
-    m: usize,
-    k_blocks: usize,
-    qs: Vec<i8>,
-    scales: Vec<f32>,
-    corrections: Vec<i32>,
+    pub(super) m: usize,
+    pub(super) k_blocks: usize,
+    pub(super) qs: Vec<i8>,
+    pub(super) scales: Vec<f32>,
+    pub(super) corrections: Vec<i32>,
 }
 
 impl PackedWeight {
@@ -143,34 +144,14 @@ impl QuantizedRows {
     }
 }
 
-/// Which implementation `matmul` runs on this CPU.
-pub fn kernel_name() -> &'static str {
-    if has_vnni() {
-        "avx512-vnni"
-    } else {
-        "portable"
-    }
-}
-
-fn has_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *VNNI.get_or_init(|| {
-            // Miri cannot run AVX-512 intrinsics; it checks the portable path.
-            !cfg!(miri)
-                && std::env::var_os("BRAID_PORTABLE_KERNEL").is_none()
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vnni")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// `out[m][n] = Σ_k x[m][k] · w[n][k]` for all rows of `x`, split across the rayon pool by output tiles.
+/// `out[m][n] = Σ_k x[m][k] · w[n][k]` for all rows of `x`, with the kernel in force
+/// ([`super::active`]), split across the rayon pool by output tiles.
 pub fn matmul(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
+    matmul_with(super::active(), x, w, out)
+}
+
+/// [`matmul`] with the kernel `kernel`, which must be one this CPU runs (it panics otherwise).
+pub fn matmul_with(kernel: Kernel, x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
     let (m, n) = (x.m, w.n);
     assert_eq!(
         x.k_blocks * BLOCK,
@@ -178,6 +159,10 @@ pub fn matmul(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
         "activation width does not match the weight"
     );
     assert!(out.len() >= m * n);
+    assert!(
+        kernel.is_supported(),
+        "the {kernel} kernel does not run on this CPU"
+    );
     if m == 0 {
         return;
     }
@@ -190,17 +175,42 @@ pub fn matmul(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
     let out = SendPtr::new(out.as_mut_ptr());
     (0..n_tiles.div_ceil(chunk)).into_par_iter().for_each(|c| {
         let tiles = c * chunk..((c + 1) * chunk).min(n_tiles);
-        #[cfg(target_arch = "x86_64")]
-        if has_vnni() {
-            // SAFETY: VNNI is present; `out` holds `m * n` floats (asserted above) and outlives
-            // the loop. Task `c` writes only the columns of tiles `tiles`, and the tasks' tile
-            // ranges do not overlap, so no element is written by two tasks or read by any.
-            unsafe { vnni::matmul_tiles(x, w, tiles, out.get()) };
-            return;
-        }
-        // SAFETY: as for the VNNI path: `m * n` floats, and this task's tiles are its own.
-        unsafe { reference_tiles(x, w, tiles, out.get()) };
+        // SAFETY: the CPU has the kernel's features (asserted above); `out` holds `m * n`
+        // floats (asserted above) and outlives the loop. Task `c` writes only the columns of
+        // tiles `tiles`, and the tasks' tile ranges do not overlap, so no element is written
+        // by two tasks or read by any.
+        unsafe { tiles_with(kernel, x, w, tiles, out.get()) };
     });
+}
+
+/// The tiles `tiles` of the product, with `kernel`: writes what [`reference_tiles`] writes.
+///
+/// # Safety
+///
+/// The CPU must have `kernel`'s features, and `out` must be as [`reference_tiles`] requires.
+unsafe fn tiles_with(
+    kernel: Kernel,
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY (every arm): the caller vouches for the CPU features and for `out`.
+    unsafe {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Vnni => super::int8_avx512::matmul_tiles(x, w, tiles, out),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni => super::int8_avx2::matmul_tiles_avxvnni(x, w, tiles, out),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => super::int8_avx2::matmul_tiles_avx2(x, w, tiles, out),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::NeonI8mm => super::int8_neon::matmul_tiles_i8mm(x, w, tiles, out),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => super::int8_neon::matmul_tiles_dotprod(x, w, tiles, out),
+            _ => reference_tiles(x, w, tiles, out),
+        }
+    }
 }
 
 /// The portable path: identical arithmetic to the VNNI kernel, one element at a time.
@@ -218,7 +228,7 @@ pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
 ///
 /// `out` must be valid for writes of `x.rows() * w.n()` floats, and no one else may read or
 /// write the elements this call writes until it returns.
-unsafe fn reference_tiles(
+pub(super) unsafe fn reference_tiles(
     x: &QuantizedRows,
     w: &PackedWeight,
     tiles: std::ops::Range<usize>,
@@ -247,122 +257,6 @@ unsafe fn reference_tiles(
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-mod vnni {
-    use super::{PackedWeight, QuantizedRows, BLOCK, TILE_N};
-    use std::arch::x86_64::*;
-
-    /// Rows of activations processed together per weight load.
-    const MR: usize = 4;
-    /// Rows per panel (a multiple of MR).
-    const MB: usize = 64;
-
-    /// The VNNI kernel for the tiles `tiles`: writes exactly what
-    /// [`super::reference_tiles`] writes, with the same values.
-    ///
-    /// # Safety
-    ///
-    /// The CPU must support AVX-512F, AVX-512BW, AVX-512 VNNI and F16C. `out` must be valid for
-    /// writes of `x.rows() * w.n()` floats, and no one else may read or write the elements this
-    /// call writes until it returns.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-    pub unsafe fn matmul_tiles(
-        x: &QuantizedRows,
-        w: &PackedWeight,
-        tiles: std::ops::Range<usize>,
-        out: *mut f32,
-    ) {
-        let (m, n, kbs) = (x.m, w.n, x.k_blocks);
-        // Rows in panels small enough for their activations to stay in L2 while the panel
-        // meets every weight tile of this task; the remainder rows take the 1-row path,
-        // which computes each element in the same order (results do not depend on `m`).
-        for panel in (0..m).step_by(MB) {
-            let end = (panel + MB).min(m);
-            for t in tiles.clone() {
-                let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
-                let valid = TILE_N.min(n - t * TILE_N);
-                let mask: __mmask16 = if valid == TILE_N {
-                    0xFFFF
-                } else {
-                    (1u16 << valid) - 1
-                };
-                let mut row = panel;
-                // `row + MR <= end <= m`, `tile_row` is tile `t`'s `kbs` blocks, and `mask`
-                // stops at column `n`: what `rows_tile` needs, with `out` from our caller.
-                while row + MR <= end {
-                    rows_tile::<MR, 2>(x, tile_row, row, kbs, out, n, t, mask);
-                    row += MR;
-                }
-                while row < end {
-                    rows_tile::<1, 4>(x, tile_row, row, kbs, out, n, t, mask);
-                    row += 1;
-                }
-            }
-        }
-    }
-
-    /// Rows `row0..row0 + R` times weight tile `t` (whose blocks are `tile_row`): writes the
-    /// columns of `mask`, counted from `16 · t`, of those rows.
-    ///
-    /// # Safety
-    ///
-    /// The CPU features of [`matmul_tiles`]; `row0 + R <= x.rows()`, `tile_row.len() == kbs ==
-    /// x.k_blocks`, and `mask` covers only columns below `n`. `out` must be valid for writes of
-    /// `x.rows() * n` floats, and no one else may read or write the elements this call writes.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn rows_tile<const R: usize, const A: usize>(
-        x: &QuantizedRows,
-        tile_row: &[super::Tile],
-        row0: usize,
-        kbs: usize,
-        out: *mut f32,
-        n: usize,
-        t: usize,
-        mask: __mmask16,
-    ) {
-        let mut facc = [_mm512_setzero_ps(); R];
-        let qs = x.qs.as_ptr();
-        for (kb, tile) in tile_row.iter().enumerate() {
-            let wscale =
-                _mm512_cvtph_ps(_mm256_loadu_si256(tile.scales.as_ptr() as *const __m256i));
-            // A independent integer accumulators per row shorten the chain of dependent
-            // `vpdpbusd`s (one row alone would otherwise wait on each); integer sums are exact,
-            // so how the groups are split does not change the result.
-            let mut iacc = [[_mm512_setzero_si512(); R]; A];
-            for g in (0..BLOCK / 4).step_by(A) {
-                for (j, accs) in iacc.iter_mut().enumerate() {
-                    let wv = _mm512_load_si512(tile.qs[g + j].as_ptr() as *const __m512i);
-                    for (r, acc) in accs.iter_mut().enumerate() {
-                        // In bounds: row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4`
-                        // of its 32.
-                        let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
-                        *acc = _mm512_dpbusd_epi32(*acc, wv, _mm512_set1_epi32(a.read_unaligned()));
-                    }
-                }
-            }
-            for (r, total) in facc.iter_mut().enumerate() {
-                // Below `m * kbs`, the length of `corrections` and `scales`.
-                let b = (row0 + r) * kbs + kb;
-                let corr = _mm512_set1_epi32(*x.corrections.get_unchecked(b));
-                let mut acc = iacc[0][r];
-                for accs in &iacc[1..] {
-                    acc = _mm512_add_epi32(acc, accs[r]);
-                }
-                let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
-                let s = _mm512_mul_ps(wscale, _mm512_set1_ps(*x.scales.get_unchecked(b)));
-                *total = _mm512_fmadd_ps(f, s, *total);
-            }
-        }
-        for (r, total) in facc.iter().enumerate() {
-            // The masked store touches only the lanes of `mask`: a last partial tile does not
-            // spill into the next row's first columns, which may be another task's.
-            let dst = out.add((row0 + r) * n + t * TILE_N);
-            _mm512_mask_storeu_ps(dst, mask, *total);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,50 +277,119 @@ mod tests {
         out
     }
 
-    /// Partial tiles, several tasks per matmul and the model's own widths; under Miri, which
-    /// runs the model's widths too slowly, small ones that still have partial tiles.
+    /// Partial tiles (n not a multiple of 16), row counts that are not multiples of the
+    /// kernels' 4-row step nor of their 64-row panel (1, 3, 9, 17, 257), several tasks per
+    /// matmul, and the model's own widths. Under Miri, which runs the model's widths too
+    /// slowly, small ones that still have partial tiles.
     const SHAPES: &[(usize, usize, usize)] = if cfg!(miri) {
         &[(1, 16, 32), (3, 40, 64), (5, 72, 32)]
     } else {
         &[
             (1, 16, 32),
+            (1, 8, 64),
             (3, 40, 64),
             (9, 960, 576),
             (17, 576, 1536),
             (64, 48, 96),
+            (257, 88, 128),
         ]
     };
 
+    fn inputs(m: usize, n: usize, k: usize) -> (Vec<f32>, Vec<f32>, PackedWeight, QuantizedRows) {
+        let w = random(n * k, 1);
+        let x = random(m * k, 2);
+        let packed = PackedWeight::from_f32(&w, n, k);
+        let mut q = QuantizedRows::default();
+        q.quantize(&x, m, k);
+        (w, x, packed, q)
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     #[test]
-    fn kernel_matches_reference_and_f32() {
+    fn reference_is_close_to_f32() {
         for &(m, n, k) in SHAPES {
-            let w = random(n * k, 1);
-            let x = random(m * k, 2);
-            let packed = PackedWeight::from_f32(&w, n, k);
-            let mut q = QuantizedRows::default();
-            q.quantize(&x, m, k);
-            let mut fast = vec![0f32; m * n];
+            let (w, x, packed, q) = inputs(m, n, k);
             let mut slow = vec![0f32; m * n];
-            matmul(&q, &packed, &mut fast);
             matmul_reference(&q, &packed, &mut slow);
             let exact = f32_matmul(&x, &w, m, n, k);
             for i in 0..m * n {
-                assert!(
-                    (fast[i] - slow[i]).abs() <= 1e-4 * (1.0 + slow[i].abs()),
-                    "{m}x{n}x{k} [{i}]: {} vs {}",
-                    fast[i],
-                    slow[i]
-                );
                 // 8-bit weights and activations: each product is off by ~0.002 (std), random in
                 // sign, so a sum of k is off by ~0.002·sqrt(k); allow six standard deviations.
                 let tol = 0.012 * (k as f32).sqrt();
                 assert!(
-                    (fast[i] - exact[i]).abs() < tol,
+                    (slow[i] - exact[i]).abs() < tol,
                     "{m}x{n}x{k} [{i}]: {} vs f32 {}",
-                    fast[i],
+                    slow[i],
                     exact[i]
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_kernel_is_bit_identical_to_the_reference() {
+        let kernels = Kernel::supported();
+        assert!(kernels.contains(&Kernel::Portable));
+        for &(m, n, k) in SHAPES {
+            let (_, _, packed, q) = inputs(m, n, k);
+            let mut slow = vec![0f32; m * n];
+            matmul_reference(&q, &packed, &mut slow);
+            for &kernel in &kernels {
+                // A canary past the end: no kernel writes beyond `m * n`.
+                let mut fast = vec![f32::NAN; m * n + 1];
+                matmul_with(kernel, &q, &packed, &mut fast);
+                assert_eq!(bits(&fast[..m * n]), bits(&slow), "{kernel} on {m}x{n}x{k}");
+                assert!(fast[m * n].is_nan(), "{kernel} wrote past {m}x{n}");
+            }
+        }
+    }
+
+    /// The AVX-VNNI kernel's code with the EVEX form of its instruction, on CPUs that have
+    /// AVX-512 VNNI but not AVX-VNNI (where `every_kernel_…` cannot run it).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx_vnni_kernel_code_is_bit_identical_with_the_evex_instruction() {
+        if cfg!(miri)
+            || !(is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni")
+                && Kernel::Avx2.is_supported())
+        {
+            eprintln!("skipped: this CPU has no AVX-512 VL + VNNI");
+            return;
+        }
+        for &(m, n, k) in SHAPES {
+            let (_, _, packed, q) = inputs(m, n, k);
+            let mut slow = vec![0f32; m * n];
+            matmul_reference(&q, &packed, &mut slow);
+            let mut fast = vec![f32::NAN; m * n];
+            // One call over all tiles, then tile by tile (how the tasks split them).
+            let n_tiles = n.div_ceil(TILE_N);
+            // SAFETY: the CPU has the features (checked above); `fast` holds `m * n` floats.
+            unsafe {
+                super::super::int8_avx2::matmul_tiles_evex256(
+                    &q,
+                    &packed,
+                    0..n_tiles,
+                    fast.as_mut_ptr(),
+                )
+            };
+            assert_eq!(bits(&fast), bits(&slow), "{m}x{n}x{k}");
+            fast.fill(f32::NAN);
+            for t in 0..n_tiles {
+                // SAFETY: as above.
+                unsafe {
+                    super::super::int8_avx2::matmul_tiles_evex256(
+                        &q,
+                        &packed,
+                        t..t + 1,
+                        fast.as_mut_ptr(),
+                    )
+                };
+            }
+            assert_eq!(bits(&fast), bits(&slow), "{m}x{n}x{k}, tile by tile");
         }
     }
 
@@ -442,18 +405,20 @@ mod tests {
         let x = random(m * k, 4);
         let mut q = QuantizedRows::default();
         q.quantize(&x, m, k);
-        let mut all = vec![0f32; m * n];
-        matmul(&q, &w, &mut all);
-        for row in 0..m {
-            let mut one = QuantizedRows::default();
-            one.quantize(&x[row * k..(row + 1) * k], 1, k);
-            let mut out = vec![0f32; n];
-            matmul(&one, &w, &mut out);
-            assert_eq!(
-                out,
-                all[row * n..(row + 1) * n],
-                "row {row} differs when batched"
-            );
+        for kernel in Kernel::supported() {
+            let mut all = vec![0f32; m * n];
+            matmul_with(kernel, &q, &w, &mut all);
+            for row in 0..m {
+                let mut one = QuantizedRows::default();
+                one.quantize(&x[row * k..(row + 1) * k], 1, k);
+                let mut out = vec![0f32; n];
+                matmul_with(kernel, &one, &w, &mut out);
+                assert_eq!(
+                    out,
+                    all[row * n..(row + 1) * n],
+                    "{kernel}: row {row} differs when batched"
+                );
+            }
         }
     }
 

@@ -1,0 +1,282 @@
+//! The int8 kernel on 256-bit vectors, for x86 CPUs without AVX-512: AVX2 everywhere, and the
+//! VEX-encoded `vpdpbusd` where the CPU has AVX-VNNI (Intel client chips since Alder Lake).
+//!
+//! The loop is the AVX-512 kernel's, on half the width: a weight vector holds 8 output rows ×
+//! 4 K values, is loaded once per block and applied to every activation row of the panel. What
+//! differs between the two instruction sets is only how 4 activation bytes meet a weight
+//! vector ([`Dot`]):
+//! - AVX-VNNI: one `vpdpbusd` on the stored weights (+128, unsigned); the block's sum carries
+//!   `128 · Σa`, which the activations' correction removes, as on AVX-512.
+//! - AVX2: `vpmaddubsw` multiplies unsigned by signed bytes and adds pairs into saturating
+//!   16-bit lanes; with the +128 weights a pair could reach 64,770 and saturate. So the weights
+//!   are made signed again (`xor 0x80`) and the sign moves onto the activations: |w| · (±a),
+//!   whose pairs stay within 2 · 127 · 127 = 32,258. `vpmaddwd` by ones then widens the pairs
+//!   into 32-bit sums of four. Those are exact sums of `w · a`, with no offset to correct.
+//!
+//! Both give the integer the portable reference computes, so the floats after it are the same.
+
+use super::int8::{PackedWeight, QuantizedRows, Tile, BLOCK, TILE_N};
+use std::arch::x86_64::*;
+
+/// Rows of activations processed together per weight load.
+const MR: usize = 4;
+/// Rows per panel (a multiple of MR), small enough for their activations to stay in L2.
+const MB: usize = 64;
+/// Output rows per 256-bit vector: a tile is two of them.
+const HALF: usize = TILE_N / 2;
+
+/// How a weight vector (8 output rows × 4 K values, stored +128) meets 4 activation bytes
+/// broadcast to every lane, adding each row's 4 products into its 32-bit lane.
+trait Dot {
+    /// Whether the sums carry the weights' +128 offset, which the block's correction removes.
+    const OFFSET: bool;
+    /// What is kept of a weight vector while every row of the panel is applied to it.
+    type Weights: Copy;
+    /// # Safety
+    /// The CPU must have the features of the kernel that instantiates this `Dot`.
+    unsafe fn prepare(stored: __m256i) -> Self::Weights;
+    /// # Safety
+    /// As for [`Dot::prepare`].
+    unsafe fn dot(acc: __m256i, w: Self::Weights, a: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpsignb`, `vpmaddubsw`, `vpmaddwd`, `vpaddd`.
+struct SignedPairs;
+
+impl Dot for SignedPairs {
+    const OFFSET: bool = false;
+    /// (|w|, w) as signed bytes.
+    type Weights = (__m256i, __m256i);
+
+    #[inline(always)]
+    unsafe fn prepare(stored: __m256i) -> Self::Weights {
+        let signed = _mm256_xor_si256(stored, _mm256_set1_epi8(-128));
+        (_mm256_abs_epi8(signed), signed)
+    }
+
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, (magnitude, signed): Self::Weights, a: __m256i) -> __m256i {
+        // Weights and activations lie in [-127, 127], so no pair saturates (see the module docs).
+        let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(a, signed));
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+}
+
+/// AVX-VNNI: the VEX-encoded `vpdpbusd`.
+struct VexDpbusd;
+
+impl Dot for VexDpbusd {
+    const OFFSET: bool = true;
+    type Weights = __m256i;
+
+    #[inline(always)]
+    unsafe fn prepare(stored: __m256i) -> __m256i {
+        stored
+    }
+
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, w, a)
+    }
+}
+
+/// The EVEX-encoded 256-bit `vpdpbusd` of AVX-512 VL + VNNI: the same operation as
+/// [`VexDpbusd`] in another encoding. It lets a CPU with AVX-512 VNNI but without AVX-VNNI
+/// (AMD Zen 4 and Zen 5, Intel Xeons) test every line of the AVX-VNNI kernel but the
+/// instruction itself.
+#[cfg(test)]
+struct EvexDpbusd;
+
+#[cfg(test)]
+impl Dot for EvexDpbusd {
+    const OFFSET: bool = true;
+    type Weights = __m256i;
+
+    #[inline(always)]
+    unsafe fn prepare(stored: __m256i) -> __m256i {
+        stored
+    }
+
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, w, a)
+    }
+}
+
+/// The AVX2 kernel for the tiles `tiles`: writes exactly what
+/// [`super::int8::reference_tiles`] writes, with the same values.
+///
+/// # Safety
+///
+/// The CPU must support AVX2, FMA and F16C. `out` must be valid for writes of
+/// `x.rows() * w.n()` floats, and no one else may read or write the elements this call writes
+/// until it returns.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_tiles_avx2(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: the features `SignedPairs` needs are enabled; `out` is the caller's.
+    unsafe { matmul_tiles::<SignedPairs>(x, w, tiles, out) }
+}
+
+/// The AVX-VNNI kernel: as [`matmul_tiles_avx2`], on a CPU that also has AVX-VNNI.
+///
+/// # Safety
+///
+/// As for [`matmul_tiles_avx2`], and the CPU must support AVX-VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn matmul_tiles_avxvnni(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: the features `VexDpbusd` needs are enabled; `out` is the caller's.
+    unsafe { matmul_tiles::<VexDpbusd>(x, w, tiles, out) }
+}
+
+/// The AVX-VNNI kernel with the EVEX instruction ([`EvexDpbusd`]), for the tests.
+///
+/// # Safety
+///
+/// As for [`matmul_tiles_avx2`], and the CPU must support AVX-512 VL and VNNI.
+#[cfg(test)]
+#[target_feature(enable = "avx2,fma,f16c,avx512vl,avx512vnni")]
+pub unsafe fn matmul_tiles_evex256(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: the features `EvexDpbusd` needs are enabled; `out` is the caller's.
+    unsafe { matmul_tiles::<EvexDpbusd>(x, w, tiles, out) }
+}
+
+/// # Safety
+///
+/// Called only from the `#[target_feature]` functions above, which vouch for `D`'s features
+/// and pass their caller's `out`.
+#[inline(always)]
+unsafe fn matmul_tiles<D: Dot>(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let (m, n, kbs) = (x.m, w.n, x.k_blocks);
+    // As on AVX-512: panels of rows meet every weight tile of the task, and the remainder rows
+    // take the 1-row path, which computes each element in the same order.
+    for panel in (0..m).step_by(MB) {
+        let end = (panel + MB).min(m);
+        for t in tiles.clone() {
+            let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
+            let valid = TILE_N.min(n - t * TILE_N);
+            let mut row = panel;
+            // `row + R <= end <= m`, `tile_row` is tile `t`'s `kbs` blocks and `valid` stops
+            // at column `n`: what `rows_tile` needs, with `out` from our caller.
+            while row + MR <= end {
+                // SAFETY: see above.
+                unsafe { rows_tile::<D, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
+                row += MR;
+            }
+            while row < end {
+                // SAFETY: see above.
+                unsafe { rows_tile::<D, 1, 4>(x, tile_row, row, kbs, out, n, t, valid) };
+                row += 1;
+            }
+        }
+    }
+}
+
+/// Rows `row0..row0 + R` times weight tile `t` (whose blocks are `tile_row`): writes the first
+/// `valid` columns, counted from `16 · t`, of those rows. `A` independent accumulators per
+/// row and half shorten the chains of dependent adds when there are few rows.
+///
+/// # Safety
+///
+/// `D`'s CPU features; `row0 + R <= x.rows()`, `tile_row.len() == kbs == x.k_blocks`,
+/// `16 · t + valid <= n`. `out` must be valid for writes of `x.rows() * n` floats, and no one
+/// else may read or write the elements this call writes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_tile<D: Dot, const R: usize, const A: usize>(
+    x: &QuantizedRows,
+    tile_row: &[Tile],
+    row0: usize,
+    kbs: usize,
+    out: *mut f32,
+    n: usize,
+    t: usize,
+    valid: usize,
+) {
+    // SAFETY (the whole body): the caller vouches for the CPU features; every pointer read is
+    // inside the buffer named in its comment, and the stores stay within the caller's columns.
+    unsafe {
+        let mut facc = [[_mm256_setzero_ps(); 2]; R];
+        let qs = x.qs.as_ptr();
+        for (kb, tile) in tile_row.iter().enumerate() {
+            // The tile's 16 half-float scales, 8 per half.
+            let sc = tile.scales.as_ptr() as *const __m128i;
+            let wscale = [
+                _mm256_cvtph_ps(_mm_loadu_si128(sc)),
+                _mm256_cvtph_ps(_mm_loadu_si128(sc.add(1))),
+            ];
+            let mut iacc = [[[_mm256_setzero_si256(); 2]; R]; A];
+            for g in (0..BLOCK / 4).step_by(A) {
+                for (j, accs) in iacc.iter_mut().enumerate() {
+                    // `Tile` is 64-byte aligned and `qs[g + j]` is its (g + j)-th 64 bytes.
+                    let wp = tile.qs[g + j].as_ptr() as *const __m256i;
+                    let wv = [
+                        D::prepare(_mm256_load_si256(wp)),
+                        D::prepare(_mm256_load_si256(wp.add(1))),
+                    ];
+                    for (r, acc) in accs.iter_mut().enumerate() {
+                        // Row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4` of its 32.
+                        let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
+                        let a = _mm256_set1_epi32(a.read_unaligned());
+                        acc[0] = D::dot(acc[0], wv[0], a);
+                        acc[1] = D::dot(acc[1], wv[1], a);
+                    }
+                }
+            }
+            for (r, total) in facc.iter_mut().enumerate() {
+                // Below `m * kbs`, the length of `corrections` and `scales`.
+                let b = (row0 + r) * kbs + kb;
+                let corr = if D::OFFSET {
+                    _mm256_set1_epi32(*x.corrections.get_unchecked(b))
+                } else {
+                    _mm256_setzero_si256()
+                };
+                let ascale = _mm256_set1_ps(*x.scales.get_unchecked(b));
+                for (h, total) in total.iter_mut().enumerate() {
+                    let mut acc = iacc[0][r][h];
+                    for accs in &iacc[1..] {
+                        acc = _mm256_add_epi32(acc, accs[r][h]);
+                    }
+                    let f = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc, corr));
+                    let s = _mm256_mul_ps(wscale[h], ascale);
+                    *total = _mm256_fmadd_ps(f, s, *total);
+                }
+            }
+        }
+        for (r, total) in facc.iter().enumerate() {
+            let dst = out.add((row0 + r) * n + t * TILE_N);
+            if valid == TILE_N {
+                _mm256_storeu_ps(dst, total[0]);
+                _mm256_storeu_ps(dst.add(HALF), total[1]);
+            } else {
+                // Only the tile's columns below `n`: a last partial tile must not spill into
+                // the next row's first columns, which may be another task's.
+                let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                for (h, total) in total.iter().enumerate() {
+                    let below = _mm256_set1_epi32(valid as i32 - (h * HALF) as i32);
+                    let mask = _mm256_cmpgt_epi32(below, lanes);
+                    _mm256_maskstore_ps(dst.add(h * HALF), mask, *total);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! The int8 kernel on AVX-512 VNNI: one `vpdpbusd` multiplies a 512-bit vector of weights (16
+//! output rows × 4 K values) by 4 activation bytes broadcast to every lane, and adds the 16 sums.
+//! Weights are stored +128 (unsigned, as `vpdpbusd` wants them), so each block's sum carries
+//! `128 · Σa`, which the activations' per-block correction removes.
+
+use super::int8::{PackedWeight, QuantizedRows, Tile, BLOCK, TILE_N};
+use std::arch::x86_64::*;
+
+/// Rows of activations processed together per weight load.
+const MR: usize = 4;
+/// Rows per panel (a multiple of MR).
+const MB: usize = 64;
+
+/// The VNNI kernel for the tiles `tiles`: writes exactly what
+/// [`super::int8::reference_tiles`] writes, with the same values.
+///
+/// # Safety
+///
+/// The CPU must support AVX-512F, AVX-512BW, AVX-512 VNNI and F16C. `out` must be valid for
+/// writes of `x.rows() * w.n()` floats, and no one else may read or write the elements this
+/// call writes until it returns.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+pub unsafe fn matmul_tiles(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let (m, n, kbs) = (x.m, w.n, x.k_blocks);
+    // Rows in panels small enough for their activations to stay in L2 while the panel
+    // meets every weight tile of this task; the remainder rows take the 1-row path,
+    // which computes each element in the same order (results do not depend on `m`).
+    for panel in (0..m).step_by(MB) {
+        let end = (panel + MB).min(m);
+        for t in tiles.clone() {
+            let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
+            let valid = TILE_N.min(n - t * TILE_N);
+            let mask: __mmask16 = if valid == TILE_N {
+                0xFFFF
+            } else {
+                (1u16 << valid) - 1
+            };
+            let mut row = panel;
+            // `row + MR <= end <= m`, `tile_row` is tile `t`'s `kbs` blocks, and `mask`
+            // stops at column `n`: what `rows_tile` needs, with `out` from our caller.
+            while row + MR <= end {
+                rows_tile::<MR, 2>(x, tile_row, row, kbs, out, n, t, mask);
+                row += MR;
+            }
+            while row < end {
+                rows_tile::<1, 4>(x, tile_row, row, kbs, out, n, t, mask);
+                row += 1;
+            }
+        }
+    }
+}
+
+/// Rows `row0..row0 + R` times weight tile `t` (whose blocks are `tile_row`): writes the
+/// columns of `mask`, counted from `16 · t`, of those rows.
+///
+/// # Safety
+///
+/// The CPU features of [`matmul_tiles`]; `row0 + R <= x.rows()`, `tile_row.len() == kbs ==
+/// x.k_blocks`, and `mask` covers only columns below `n`. `out` must be valid for writes of
+/// `x.rows() * n` floats, and no one else may read or write the elements this call writes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_tile<const R: usize, const A: usize>(
+    x: &QuantizedRows,
+    tile_row: &[Tile],
+    row0: usize,
+    kbs: usize,
+    out: *mut f32,
+    n: usize,
+    t: usize,
+    mask: __mmask16,
+) {
+    let mut facc = [_mm512_setzero_ps(); R];
+    let qs = x.qs.as_ptr();
+    for (kb, tile) in tile_row.iter().enumerate() {
+        let wscale = _mm512_cvtph_ps(_mm256_loadu_si256(tile.scales.as_ptr() as *const __m256i));
+        // A independent integer accumulators per row shorten the chain of dependent
+        // `vpdpbusd`s (one row alone would otherwise wait on each); integer sums are exact,
+        // so how the groups are split does not change the result.
+        let mut iacc = [[_mm512_setzero_si512(); R]; A];
+        for g in (0..BLOCK / 4).step_by(A) {
+            for (j, accs) in iacc.iter_mut().enumerate() {
+                let wv = _mm512_load_si512(tile.qs[g + j].as_ptr() as *const __m512i);
+                for (r, acc) in accs.iter_mut().enumerate() {
+                    // In bounds: row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4`
+                    // of its 32.
+                    let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
+                    *acc = _mm512_dpbusd_epi32(*acc, wv, _mm512_set1_epi32(a.read_unaligned()));
+                }
+            }
+        }
+        for (r, total) in facc.iter_mut().enumerate() {
+            // Below `m * kbs`, the length of `corrections` and `scales`.
+            let b = (row0 + r) * kbs + kb;
+            let corr = _mm512_set1_epi32(*x.corrections.get_unchecked(b));
+            let mut acc = iacc[0][r];
+            for accs in &iacc[1..] {
+                acc = _mm512_add_epi32(acc, accs[r]);
+            }
+            let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
+            let s = _mm512_mul_ps(wscale, _mm512_set1_ps(*x.scales.get_unchecked(b)));
+            *total = _mm512_fmadd_ps(f, s, *total);
+        }
+    }
+    for (r, total) in facc.iter().enumerate() {
+        // The masked store touches only the lanes of `mask`: a last partial tile does not
+        // spill into the next row's first columns, which may be another task's.
+        let dst = out.add((row0 + r) * n + t * TILE_N);
+        _mm512_mask_storeu_ps(dst, mask, *total);
+    }
+}
