@@ -1,0 +1,418 @@
+//! The int8 kernel on Arm NEON, for Graviton, Ampere and Apple CPUs: the x86 kernels' loop
+//! (weight-stationary, panels of rows, one weight load applied to several activation rows),
+//! with the two Arm instructions that multiply int8 vectors into 32-bit sums:
+//! - `sdot` (the dotprod extension, every server Arm core since Neoverse N1): 4 output rows ×
+//!   4 K values of a tile meet 4 activation bytes picked by lane index, so one 16-byte
+//!   activation load serves four groups of K without a broadcast.
+//! - `smmla` (i8mm, Neoverse V1/V2 and Apple M2 on): a 2×2 block of 8-long dot products, two
+//!   weight rows by two activation rows, twice the multiply-adds of `sdot` per instruction.
+//!   The tile stores 4 K values per row, so neighbouring groups are zipped into 8 per row
+//!   (cheap, once per weight load), and the 2×2 results are unzipped before the floats. An odd
+//!   last row takes the `sdot` path, which gives the same integers.
+//!
+//! Both instructions multiply signed by signed bytes: the stored weights (+128) are flipped
+//! back to signed (`xor 0x80`), so the sums are exact `Σ w · a` and need no correction. The
+//! float epilogue is the reference's operations in its order (convert, scale product, fused
+//! multiply-add per block), so every path writes the reference's bits.
+//!
+//! `sdot`, `smmla` and the half-float conversion are written as inline assembly: their Rust
+//! intrinsics are not stable yet. The rest is stable NEON intrinsics (NEON is baseline on
+//! aarch64).
+
+use super::int8::{PackedWeight, QuantizedRows, Tile, BLOCK, TILE_N};
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+/// Rows of activations processed together per weight load (two `smmla` row pairs).
+const MR: usize = 4;
+/// Rows per panel (a multiple of MR), small enough for their activations to stay in L2.
+const MB: usize = 64;
+/// Output rows per vector of four 32-bit sums: a tile is four of them.
+const QUARTER: usize = TILE_N / 4;
+
+/// The dotprod kernel for the tiles `tiles`: writes exactly what
+/// [`super::int8::reference_tiles`] writes, with the same values.
+///
+/// # Safety
+///
+/// The CPU must support NEON and the dot product extension. `out` must be valid for writes of
+/// `x.rows() * w.n()` floats, and no one else may read or write the elements this call writes
+/// until it returns.
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn matmul_tiles_dotprod(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: the features `sdot` needs are enabled; `out` is the caller's.
+    unsafe { matmul_tiles::<false>(x, w, tiles, out) }
+}
+
+/// The i8mm kernel: as [`matmul_tiles_dotprod`], with `smmla` for pairs of rows.
+///
+/// # Safety
+///
+/// As for [`matmul_tiles_dotprod`], and the CPU must support the int8 matrix multiply
+/// extension (i8mm).
+#[target_feature(enable = "neon,dotprod,i8mm")]
+pub unsafe fn matmul_tiles_i8mm(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: the features `smmla` and `sdot` need are enabled; `out` is the caller's.
+    unsafe { matmul_tiles::<true>(x, w, tiles, out) }
+}
+
+/// # Safety
+///
+/// Called only from the `#[target_feature]` functions above, which vouch for the CPU features
+/// (`MMLA` needs i8mm) and pass their caller's `out`.
+#[inline(always)]
+unsafe fn matmul_tiles<const MMLA: bool>(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let (m, n, kbs) = (x.m, w.n, x.k_blocks);
+    // As on x86: panels of rows meet every weight tile of the task; rows left over after the
+    // MR-row steps (and pairs) take narrower paths that compute each element in the same
+    // order, so a row's result does not depend on `m`.
+    for panel in (0..m).step_by(MB) {
+        let end = (panel + MB).min(m);
+        for t in tiles.clone() {
+            let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
+            let valid = TILE_N.min(n - t * TILE_N);
+            let mut row = panel;
+            // Every call below has `row + rows <= end <= m`, `tile_row` = tile `t`'s `kbs`
+            // blocks and `valid` stopping at column `n`: what the row functions need, with
+            // `out` from our caller and the features our caller vouches for.
+            if MMLA {
+                while row + MR <= end {
+                    // SAFETY: see above; `MMLA` means the CPU has i8mm.
+                    unsafe {
+                        rows_tile_mmla::<{ MR / 2 }>(x, tile_row, row, kbs, out, n, t, valid)
+                    };
+                    row += MR;
+                }
+                while row + 2 <= end {
+                    // SAFETY: as above.
+                    unsafe { rows_tile_mmla::<1>(x, tile_row, row, kbs, out, n, t, valid) };
+                    row += 2;
+                }
+            } else {
+                while row + MR <= end {
+                    // SAFETY: see above.
+                    unsafe { rows_tile_sdot::<MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
+                    row += MR;
+                }
+            }
+            while row < end {
+                // SAFETY: see above.
+                unsafe { rows_tile_sdot::<1, 2>(x, tile_row, row, kbs, out, n, t, valid) };
+                row += 1;
+            }
+        }
+    }
+}
+
+/// `sdot acc.4s, w.16b, a.4b[L]`: each 32-bit lane of `acc` (one output row) gains the dot
+/// product of its 4 weight bytes with activation bytes `4L..4L + 4`.
+///
+/// # Safety
+///
+/// The CPU must support the dot product extension.
+#[inline(always)]
+unsafe fn sdot_lane<const L: i32>(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    // SAFETY: the caller vouches for dotprod; the instruction touches only its registers.
+    unsafe {
+        asm!(
+            "sdot {acc:v}.4s, {w:v}.16b, {a:v}.4b[{l}]",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            a = in(vreg) a,
+            l = const L,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// `smmla acc.4s, w.16b, a.16b`: `acc[2i + j]` gains the dot product of weight row `i` (bytes
+/// `8i..8i + 8` of `w`) with activation row `j` (bytes `8j..8j + 8` of `a`).
+///
+/// # Safety
+///
+/// The CPU must support i8mm.
+#[inline(always)]
+unsafe fn smmla(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
+    // SAFETY: the caller vouches for i8mm; the instruction touches only its registers.
+    unsafe {
+        asm!(
+            "smmla {acc:v}.4s, {w:v}.16b, {a:v}.16b",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            a = in(vreg) a,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    acc
+}
+
+/// The tile's 16 weight scales as f32, 4 output rows per vector. `fcvtl` converts half floats
+/// exactly, as the reference's `to_f32` does.
+#[inline(always)]
+fn weight_scales(tile: &Tile) -> [float32x4_t; 4] {
+    let (lo, hi): (uint16x8_t, uint16x8_t);
+    let (s0, s1, s2, s3): (float32x4_t, float32x4_t, float32x4_t, float32x4_t);
+    // SAFETY: `scales` is 16 half floats (32 bytes), read as two vectors of 8; the
+    // conversions touch only their registers (NEON is baseline on aarch64).
+    unsafe {
+        let p = tile.scales.as_ptr() as *const u16;
+        lo = vld1q_u16(p);
+        hi = vld1q_u16(p.add(8));
+        asm!(
+            "fcvtl {s0:v}.4s, {lo:v}.4h",
+            "fcvtl2 {s1:v}.4s, {lo:v}.8h",
+            "fcvtl {s2:v}.4s, {hi:v}.4h",
+            "fcvtl2 {s3:v}.4s, {hi:v}.8h",
+            lo = in(vreg) lo,
+            hi = in(vreg) hi,
+            s0 = out(vreg) s0,
+            s1 = out(vreg) s1,
+            s2 = out(vreg) s2,
+            s3 = out(vreg) s3,
+            options(pure, nomem, nostack, preserves_flags)
+        );
+    }
+    [s0, s1, s2, s3]
+}
+
+/// Quarter `v` of group `g` of the tile (output rows `4v..4v + 4` × K values `4g..4g + 4`), as
+/// signed weights.
+#[inline(always)]
+fn signed_quarter(tile: &Tile, g: usize, v: usize) -> int8x16_t {
+    debug_assert!(g < BLOCK / 4 && v < 4);
+    // SAFETY: `qs[g]` is 64 bytes, of which bytes `16v..16v + 16` are read (`v < 4`).
+    unsafe {
+        let stored = vld1q_u8(tile.qs.get_unchecked(g).as_ptr().add(16 * v));
+        vreinterpretq_s8_u8(veorq_u8(stored, vdupq_n_u8(0x80)))
+    }
+}
+
+/// Adds one block's integer sums of one row (`sums[v]`: output rows `4v..4v + 4`) into its
+/// float totals exactly as the reference does: `fma(sum as f32, wscale · ascale, total)`.
+#[inline(always)]
+fn add_block(
+    totals: &mut [float32x4_t; 4],
+    sums: [int32x4_t; 4],
+    wscale: &[float32x4_t; 4],
+    ascale: f32,
+) {
+    // SAFETY: plain NEON arithmetic on registers (NEON is baseline on aarch64).
+    unsafe {
+        let ascale = vdupq_n_f32(ascale);
+        for v in 0..4 {
+            let f = vcvtq_f32_s32(sums[v]);
+            let s = vmulq_f32(wscale[v], ascale);
+            totals[v] = vfmaq_f32(totals[v], f, s);
+        }
+    }
+}
+
+/// Writes a row's 16 totals to `dst`, or only the first `valid` of them.
+///
+/// # Safety
+///
+/// `dst` must be valid for writes of `valid` floats, which no one else reads or writes.
+#[inline(always)]
+unsafe fn store_row(totals: &[float32x4_t; 4], dst: *mut f32, valid: usize) {
+    // SAFETY: the caller vouches for `dst..dst + valid`; `tmp` holds 16 floats.
+    unsafe {
+        if valid == TILE_N {
+            for (v, total) in totals.iter().enumerate() {
+                vst1q_f32(dst.add(v * QUARTER), *total);
+            }
+        } else {
+            // Only the tile's columns below `n`: a last partial tile must not spill into the
+            // next row's first columns, which may be another task's.
+            let mut tmp = [0f32; TILE_N];
+            for (v, total) in totals.iter().enumerate() {
+                vst1q_f32(tmp.as_mut_ptr().add(v * QUARTER), *total);
+            }
+            std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, valid);
+        }
+    }
+}
+
+/// Groups `4h + L` of one block (`L` is the activation lane): every row's sums gain that
+/// group's products. Rows use accumulator set `L % A`.
+///
+/// # Safety
+///
+/// The CPU must support the dot product extension; `h < 2`.
+#[inline(always)]
+unsafe fn sdot_group<const L: i32, const R: usize, const A: usize>(
+    iacc: &mut [[[int32x4_t; 4]; R]; A],
+    tile: &Tile,
+    h: usize,
+    act: &[[int8x16_t; 2]; R],
+) {
+    let g = 4 * h + L as usize;
+    let set = &mut iacc[L as usize % A];
+    for v in 0..4 {
+        let wv = signed_quarter(tile, g, v);
+        for (sums, act) in set.iter_mut().zip(act) {
+            // SAFETY: the caller vouches for dotprod.
+            sums[v] = unsafe { sdot_lane::<L>(sums[v], wv, act[h]) };
+        }
+    }
+}
+
+/// Rows `row0..row0 + R` times weight tile `t` (whose blocks are `tile_row`), with `sdot`:
+/// writes the first `valid` columns, counted from `16 · t`, of those rows. `A` independent
+/// accumulator sets shorten the chains of dependent adds when there are few rows.
+///
+/// # Safety
+///
+/// The CPU must support the dot product extension; `row0 + R <= x.rows()`,
+/// `tile_row.len() == kbs == x.k_blocks`, `16 · t + valid <= n`. `out` must be valid for writes
+/// of `x.rows() * n` floats, and no one else may read or write the elements this call writes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_tile_sdot<const R: usize, const A: usize>(
+    x: &QuantizedRows,
+    tile_row: &[Tile],
+    row0: usize,
+    kbs: usize,
+    out: *mut f32,
+    n: usize,
+    t: usize,
+    valid: usize,
+) {
+    // SAFETY: (the whole body) the caller vouches for the CPU features; every pointer read is
+    // inside the buffer named in its comment, and the stores stay within the caller's columns.
+    unsafe {
+        let zero_f = vdupq_n_f32(0.0);
+        let zero_i = vdupq_n_s32(0);
+        let mut facc = [[zero_f; 4]; R];
+        let qs = x.qs.as_ptr();
+        for (kb, tile) in tile_row.iter().enumerate() {
+            let wscale = weight_scales(tile);
+            let mut act = [[vdupq_n_s8(0); 2]; R];
+            for (r, act) in act.iter_mut().enumerate() {
+                // Row `row0 + r < m`, block `kb < kbs`: its 32 bytes.
+                let a = qs.add(((row0 + r) * kbs + kb) * BLOCK);
+                *act = [vld1q_s8(a), vld1q_s8(a.add(16))];
+            }
+            let mut iacc = [[[zero_i; 4]; R]; A];
+            for h in 0..2 {
+                sdot_group::<0, R, A>(&mut iacc, tile, h, &act);
+                sdot_group::<1, R, A>(&mut iacc, tile, h, &act);
+                sdot_group::<2, R, A>(&mut iacc, tile, h, &act);
+                sdot_group::<3, R, A>(&mut iacc, tile, h, &act);
+            }
+            for (r, totals) in facc.iter_mut().enumerate() {
+                let mut sums = iacc[0][r];
+                for set in &iacc[1..] {
+                    for v in 0..4 {
+                        sums[v] = vaddq_s32(sums[v], set[r][v]);
+                    }
+                }
+                // Below `m * kbs`, the length of `scales`.
+                let ascale = *x.scales.get_unchecked((row0 + r) * kbs + kb);
+                add_block(totals, sums, &wscale, ascale);
+            }
+        }
+        for (r, totals) in facc.iter().enumerate() {
+            // Row `row0 + r < m`, columns `16t..16t + valid <= n`: the caller's.
+            store_row(totals, out.add((row0 + r) * n + t * TILE_N), valid);
+        }
+    }
+}
+
+/// Rows `row0..row0 + 2P` times weight tile `t`, with `smmla` on `P` pairs of rows: as
+/// [`rows_tile_sdot`] for `2P` rows.
+///
+/// # Safety
+///
+/// The CPU must support i8mm; otherwise as for [`rows_tile_sdot`] with `R = 2P`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_tile_mmla<const P: usize>(
+    x: &QuantizedRows,
+    tile_row: &[Tile],
+    row0: usize,
+    kbs: usize,
+    out: *mut f32,
+    n: usize,
+    t: usize,
+    valid: usize,
+) {
+    // SAFETY: (the whole body) the caller vouches for the CPU features; every pointer read is
+    // inside the buffer named in its comment, and the stores stay within the caller's columns.
+    unsafe {
+        let zero_f = vdupq_n_f32(0.0);
+        let zero_i = vdupq_n_s32(0);
+        // `facc[p][j]`: row `row0 + 2p + j`.
+        let mut facc = [[[zero_f; 4]; 2]; P];
+        let qs = x.qs.as_ptr();
+        for (kb, tile) in tile_row.iter().enumerate() {
+            let wscale = weight_scales(tile);
+            // `act[p][q]`: K values `8q..8q + 8` of row `row0 + 2p`, then of the next row.
+            let mut act = [[vdupq_n_s8(0); 4]; P];
+            for (p, act) in act.iter_mut().enumerate() {
+                // Rows `row0 + 2p`, `row0 + 2p + 1` `< m`, block `kb < kbs`: 32 bytes each.
+                let a0 = qs.add(((row0 + 2 * p) * kbs + kb) * BLOCK);
+                let a1 = qs.add(((row0 + 2 * p + 1) * kbs + kb) * BLOCK);
+                for half in 0..2 {
+                    let r0 = vreinterpretq_s64_s8(vld1q_s8(a0.add(16 * half)));
+                    let r1 = vreinterpretq_s64_s8(vld1q_s8(a1.add(16 * half)));
+                    act[2 * half] = vreinterpretq_s8_s64(vzip1q_s64(r0, r1));
+                    act[2 * half + 1] = vreinterpretq_s8_s64(vzip2q_s64(r0, r1));
+                }
+            }
+            // `iacc[p][2v]`: weight rows 4v, 4v + 1 × the pair's two rows, as `smmla` lays
+            // them out; `iacc[p][2v + 1]`: weight rows 4v + 2, 4v + 3.
+            let mut iacc = [[zero_i; 8]; P];
+            for q in 0..BLOCK / 8 {
+                for v in 0..4 {
+                    // Groups 2q and 2q + 1 hold K values 8q..8q + 8, four each per row: the
+                    // 32-bit zips put each row's eight side by side.
+                    let lo = vreinterpretq_s32_s8(signed_quarter(tile, 2 * q, v));
+                    let hi = vreinterpretq_s32_s8(signed_quarter(tile, 2 * q + 1, v));
+                    let w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
+                    let w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
+                    for (sums, act) in iacc.iter_mut().zip(&act) {
+                        sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
+                        sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
+                    }
+                }
+            }
+            for (p, totals) in facc.iter_mut().enumerate() {
+                // Even lanes are the pair's first row, odd lanes its second.
+                let mut sums = [[zero_i; 4]; 2];
+                for v in 0..4 {
+                    let (a, b) = (iacc[p][2 * v], iacc[p][2 * v + 1]);
+                    sums[0][v] = vuzp1q_s32(a, b);
+                    sums[1][v] = vuzp2q_s32(a, b);
+                }
+                for j in 0..2 {
+                    // Below `m * kbs`, the length of `scales`.
+                    let ascale = *x.scales.get_unchecked((row0 + 2 * p + j) * kbs + kb);
+                    add_block(&mut totals[j], sums[j], &wscale, ascale);
+                }
+            }
+        }
+        for (p, totals) in facc.iter().enumerate() {
+            for (j, totals) in totals.iter().enumerate() {
+                // Row `row0 + 2p + j < m`, columns `16t..16t + valid <= n`: the caller's.
+                let dst = out.add((row0 + 2 * p + j) * n + t * TILE_N);
+                store_row(totals, dst, valid);
+            }
+        }
+    }
+}
