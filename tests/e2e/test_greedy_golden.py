@@ -54,10 +54,14 @@ def chat(url: str, message: str) -> dict:
 
 
 def test_greedy_output_is_bit_identical_to_the_pinned_build(server):
+    assert_serves_the_pinned_output(server.url)
+
+
+def assert_serves_the_pinned_output(url: str):
     golden = json.loads(GOLDEN.read_text())
     with ThreadPoolExecutor(len(PROMPTS) + len(CHATS)) as pool:
-        completions = list(pool.map(lambda p: completion(server.url, p), PROMPTS))
-        chats = list(pool.map(lambda m: chat(server.url, m), CHATS))
+        completions = list(pool.map(lambda p: completion(url, p), PROMPTS))
+        chats = list(pool.map(lambda m: chat(url, m), CHATS))
     for prompt, want, got in zip(PROMPTS, golden["completions"], completions):
         assert want["prompt"] == prompt, "the golden file was written for other prompts: regenerate it"
         assert got == want["output"], f"completion of {prompt!r} changed"

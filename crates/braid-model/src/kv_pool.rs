@@ -92,6 +92,7 @@ impl KvPool {
     }
 
     /// Stores one token's keys and values (all KV heads, `kv_heads * head_dim` each) at `pos`.
+    #[inline(always)]
     pub fn write(&mut self, layer: usize, block_table: &[u32], pos: usize, k: &[f32], v: &[f32]) {
         let block = block_table[pos / self.block_size] as usize;
         let slot = pos % self.block_size;

@@ -114,7 +114,59 @@ impl Model {
         rayon::join(|| self.forward_in_pool(batch, kv, ws), || ()).0
     }
 
+    /// The step's sequential loops (norms, rope, activations, quantizing them, cache writes)
+    /// are compiled once per instruction set like the kernels, so they vectorize on a CPU
+    /// that has more than the binary's baseline; the matmuls and attention dispatch themselves.
     fn forward_in_pool<'w>(
+        &self,
+        batch: &[BatchEntry],
+        kv: &mut KvPool,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32]> {
+        let kernel = kernels::active();
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the active kernel is one this CPU runs, so it has AVX-512 F/BW/VL.
+            kernels::Kernel::Avx512Vnni => unsafe { self.forward_avx512(batch, kv, ws) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the active kernel is one this CPU runs, so it has AVX2, FMA and F16C.
+            kernels::Kernel::AvxVnni | kernels::Kernel::Avx2 => unsafe {
+                self.forward_avx2(batch, kv, ws)
+            },
+            _ => self.forward_steps(batch, kv, ws),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// The CPU must have AVX-512 F/BW/VL, AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+    unsafe fn forward_avx512<'w>(
+        &self,
+        batch: &[BatchEntry],
+        kv: &mut KvPool,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32]> {
+        self.forward_steps(batch, kv, ws)
+    }
+
+    /// # Safety
+    ///
+    /// The CPU must have AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn forward_avx2<'w>(
+        &self,
+        batch: &[BatchEntry],
+        kv: &mut KvPool,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32]> {
+        self.forward_steps(batch, kv, ws)
+    }
+
+    #[inline(always)]
+    fn forward_steps<'w>(
         &self,
         batch: &[BatchEntry],
         kv: &mut KvPool,
@@ -279,6 +331,7 @@ impl Model {
     }
 }
 
+#[inline(always)]
 fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let h = weight.len();
     for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
@@ -290,6 +343,7 @@ fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+#[inline(always)]
 fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;

@@ -25,6 +25,7 @@ impl Rope {
     }
 
     /// Rotates every head of `x` (heads laid end to end) for position `pos`.
+    #[inline(always)]
     pub fn apply(&self, x: &mut [f32], pos: usize) {
         let (cos, sin) = (
             &self.cos[pos * self.half..][..self.half],

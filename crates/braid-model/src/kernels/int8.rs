@@ -100,6 +100,7 @@ impl PackedWeight {
     }
 
     /// The dequantized weights of one output row (used for embedding lookups).
+    #[inline(always)]
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
         let k_blocks = self.k / BLOCK;
         let (t, r) = (row / TILE_N, row % TILE_N);
@@ -115,6 +116,7 @@ impl PackedWeight {
 
 impl QuantizedRows {
     /// Quantizes `m` rows of `k` values (row-major) into `self`, reusing its buffers.
+    #[inline(always)]
     pub fn quantize(&mut self, x: &[f32], m: usize, k: usize) {
         assert!(k.is_multiple_of(BLOCK) && x.len() >= m * k);
         let k_blocks = k / BLOCK;
@@ -195,7 +197,7 @@ unsafe fn tiles_with(
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
-    // SAFETY (every arm): the caller vouches for the CPU features and for `out`.
+    // SAFETY: (every arm) the caller vouches for the CPU features and for `out`.
     unsafe {
         match kernel {
             #[cfg(target_arch = "x86_64")]

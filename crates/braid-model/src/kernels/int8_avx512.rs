@@ -76,41 +76,67 @@ unsafe fn rows_tile<const R: usize, const A: usize>(
     mask: __mmask16,
 ) {
     let mut facc = [_mm512_setzero_ps(); R];
-    let qs = x.qs.as_ptr();
-    for (kb, tile) in tile_row.iter().enumerate() {
-        let wscale = _mm512_cvtph_ps(_mm256_loadu_si256(tile.scales.as_ptr() as *const __m256i));
-        // A independent integer accumulators per row shorten the chain of dependent
-        // `vpdpbusd`s (one row alone would otherwise wait on each); integer sums are exact,
-        // so how the groups are split does not change the result.
-        let mut iacc = [[_mm512_setzero_si512(); R]; A];
-        for g in (0..BLOCK / 4).step_by(A) {
-            for (j, accs) in iacc.iter_mut().enumerate() {
-                let wv = _mm512_load_si512(tile.qs[g + j].as_ptr() as *const __m512i);
-                for (r, acc) in accs.iter_mut().enumerate() {
-                    // In bounds: row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4`
-                    // of its 32.
-                    let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
-                    *acc = _mm512_dpbusd_epi32(*acc, wv, _mm512_set1_epi32(a.read_unaligned()));
-                }
-            }
-        }
-        for (r, total) in facc.iter_mut().enumerate() {
-            // Below `m * kbs`, the length of `corrections` and `scales`.
-            let b = (row0 + r) * kbs + kb;
-            let corr = _mm512_set1_epi32(*x.corrections.get_unchecked(b));
-            let mut acc = iacc[0][r];
-            for accs in &iacc[1..] {
-                acc = _mm512_add_epi32(acc, accs[r]);
-            }
-            let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
-            let s = _mm512_mul_ps(wscale, _mm512_set1_ps(*x.scales.get_unchecked(b)));
-            *total = _mm512_fmadd_ps(f, s, *total);
-        }
+    // Two blocks per iteration, in order: the loads of the second start while the first's
+    // sums finish. A build tuned for Zen 4 unrolled this loop itself and decoded one sequence
+    // ~15% faster than the generic x86-64 tuning did without it. (A function, not a closure:
+    // a closure would not inherit this function's target features.)
+    let mut pairs = tile_row.chunks_exact(2);
+    for (p, pair) in pairs.by_ref().enumerate() {
+        block::<R, A>(x, &pair[0], row0, kbs, 2 * p, &mut facc);
+        block::<R, A>(x, &pair[1], row0, kbs, 2 * p + 1, &mut facc);
+    }
+    if let [last] = pairs.remainder() {
+        block::<R, A>(x, last, row0, kbs, kbs - 1, &mut facc);
     }
     for (r, total) in facc.iter().enumerate() {
         // The masked store touches only the lanes of `mask`: a last partial tile does not
         // spill into the next row's first columns, which may be another task's.
         let dst = out.add((row0 + r) * n + t * TILE_N);
         _mm512_mask_storeu_ps(dst, mask, *total);
+    }
+}
+
+/// Adds block `kb` (weights `tile`) of rows `row0..row0 + R` to their sums `facc`.
+///
+/// # Safety
+///
+/// As for [`rows_tile`], and `kb < kbs`.
+#[inline(always)]
+unsafe fn block<const R: usize, const A: usize>(
+    x: &QuantizedRows,
+    tile: &Tile,
+    row0: usize,
+    kbs: usize,
+    kb: usize,
+    facc: &mut [__m512; R],
+) {
+    let qs = x.qs.as_ptr();
+    let wscale = _mm512_cvtph_ps(_mm256_loadu_si256(tile.scales.as_ptr() as *const __m256i));
+    // A independent integer accumulators per row shorten the chain of dependent
+    // `vpdpbusd`s (one row alone would otherwise wait on each); integer sums are exact,
+    // so how the groups are split does not change the result.
+    let mut iacc = [[_mm512_setzero_si512(); R]; A];
+    for g in (0..BLOCK / 4).step_by(A) {
+        for (j, accs) in iacc.iter_mut().enumerate() {
+            let wv = _mm512_load_si512(tile.qs[g + j].as_ptr() as *const __m512i);
+            for (r, acc) in accs.iter_mut().enumerate() {
+                // In bounds: row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4`
+                // of its 32.
+                let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
+                *acc = _mm512_dpbusd_epi32(*acc, wv, _mm512_set1_epi32(a.read_unaligned()));
+            }
+        }
+    }
+    for (r, total) in facc.iter_mut().enumerate() {
+        // Below `m * kbs`, the length of `corrections` and `scales`.
+        let b = (row0 + r) * kbs + kb;
+        let corr = _mm512_set1_epi32(*x.corrections.get_unchecked(b));
+        let mut acc = iacc[0][r];
+        for accs in &iacc[1..] {
+            acc = _mm512_add_epi32(acc, accs[r]);
+        }
+        let f = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, corr));
+        let s = _mm512_mul_ps(wscale, _mm512_set1_ps(*x.scales.get_unchecked(b)));
+        *total = _mm512_fmadd_ps(f, s, *total);
     }
 }

@@ -231,5 +231,10 @@ pub fn select_from_env() -> Result<Kernel, KernelError> {
 /// The kernel in force. A process that never called [`select`] (a test, a library user)
 /// gets `BRAID_KERNEL`'s choice, and a panic naming the problem if that choice is invalid.
 pub fn active() -> Kernel {
-    *ACTIVE.get_or_init(|| select_from_env().unwrap_or_else(|e| panic!("{e}")))
+    // Not `get_or_init(select_from_env)`: `select` sets the same cell, and a `OnceLock`
+    // initialized again from inside its own initializer deadlocks.
+    match ACTIVE.get() {
+        Some(&kernel) => kernel,
+        None => select_from_env().unwrap_or_else(|e| panic!("{e}")),
+    }
 }

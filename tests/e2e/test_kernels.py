@@ -1,0 +1,58 @@
+"""Every kernel this CPU can run serves the same words, bit for bit.
+
+The kernels are meant to compute identical integers and the same float operations in the same
+order, so forcing each one with BRAID_KERNEL must reproduce the pinned greedy output (text,
+tokens and logprobs) exactly; and a kernel the CPU lacks must stop the server at start with a
+message that names it, never fall back to another one silently.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+import requests
+from conftest import BIN, MODEL, Server
+from test_greedy_golden import assert_serves_the_pinned_output
+
+
+def info() -> dict:
+    out = subprocess.run([BIN, "info", "--json", "--model", MODEL], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+INFO = info() if os.path.exists(BIN) else {"supported_kernels": [], "kernels": []}
+SUPPORTED = INFO["supported_kernels"]
+UNSUPPORTED = [k["name"] for k in INFO["kernels"] if not k["supported"]]
+
+
+def test_this_cpu_runs_more_than_the_reference_kernel():
+    # Every x86-64 or aarch64 CPU braid targets has a vector kernel; if detection broke, the
+    # suite would otherwise pass while serving everything on the slow portable path.
+    assert "portable" in SUPPORTED
+    assert len(SUPPORTED) >= 2, SUPPORTED
+
+
+@pytest.mark.parametrize("kernel", SUPPORTED)
+def test_each_kernel_serves_the_pinned_greedy_output(kernel):
+    server = Server(env={"BRAID_KERNEL": kernel})
+    try:
+        metrics = requests.get(server.url + "/metrics", timeout=10).text
+        assert f'kernel="{kernel}"' in metrics, "braid_build_info does not name the forced kernel"
+        assert_serves_the_pinned_output(server.url)
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(not UNSUPPORTED, reason="this CPU runs every kernel")
+def test_a_kernel_the_cpu_lacks_stops_the_server_with_a_clear_error():
+    kernel = UNSUPPORTED[0]
+    proc = subprocess.run(
+        [BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--model", MODEL],
+        env={**os.environ, "BRAID_KERNEL": kernel},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert kernel in proc.stderr and "this CPU does not have" in proc.stderr, proc.stderr
