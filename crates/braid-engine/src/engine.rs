@@ -53,7 +53,6 @@ pub fn spawn_engine(
     tracing::info!(
         kv_blocks = num_blocks,
         kv_tokens = num_blocks * cfg.block_size,
-        kernel = braid_model::kernels::active().name(),
         threads = rayon::current_num_threads(),
         "engine starting"
     );

@@ -27,6 +27,9 @@ pub struct Metrics {
     /// Always 1, with the KV cache's shape as labels (vLLM's cache_config_info, which the
     /// inference gateway's endpoint picker reads for the block size).
     pub cache_config_info: IntGaugeVec,
+    /// Always 1, with braid's version, the compute kernel in force and the CPU architecture
+    /// as labels, so a dashboard shows which build and which kernel each replica runs.
+    pub build_info: IntGaugeVec,
     pub request_success_total: IntCounterVec,
     pub request_errors_total: IntCounterVec,
 }
@@ -104,6 +107,25 @@ impl Metrics {
         registry
             .register(Box::new(cache_config.clone()))
             .expect("register");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "braid_build_info",
+                "braid's version, the compute kernel in force (BRAID_KERNEL's names) and the \
+                 CPU architecture as labels (value always 1).",
+            ),
+            &["version", "kernel", "arch"],
+        )
+        .expect("gauge");
+        registry
+            .register(Box::new(build_info.clone()))
+            .expect("register");
+        build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                braid_model::kernels::active().name(),
+                std::env::consts::ARCH,
+            ])
+            .set(1);
         Self {
             num_requests_running: gauge(
                 "braid_num_requests_running",
@@ -174,6 +196,7 @@ impl Metrics {
                  (vLLM's prefix_cache_hits).",
             ),
             cache_config_info: cache_config,
+            build_info,
             request_success_total: success,
             request_errors_total: errors,
             registry,

@@ -103,7 +103,8 @@ async fn shutdown_signal() {
 /// Binds, then loads the model and starts the engine in the background.
 pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     args.check()?;
-    braid_engine::compute_pool::init(args.threads());
+    let threads = braid_engine::compute_pool::init(args.threads());
+    log_kernel(threads);
     let listener = TcpListener::bind((args.host.as_str(), args.port))
         .await
         .with_context(|| {
@@ -137,6 +138,26 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
         shutdown,
         task,
     })
+}
+
+/// The one start-up line that says what the server computes with and why: the kernel, how it
+/// was chosen, the CPU's vector features and the compute threads.
+fn log_kernel(threads: usize) {
+    let kernel = braid_model::kernels::active();
+    let how = if std::env::var("BRAID_KERNEL").is_ok_and(|v| !v.trim().is_empty()) {
+        "forced by BRAID_KERNEL"
+    } else {
+        "the fastest this CPU supports"
+    };
+    let features = braid_model::kernels::cpu_features();
+    let features = if features.is_empty() {
+        "none".to_string()
+    } else {
+        features.join(" ")
+    };
+    tracing::info!(
+        "compute kernel {kernel} ({how}); CPU vector features: {features}; {threads} compute threads"
+    );
 }
 
 async fn run(

@@ -315,6 +315,15 @@ async fn metrics_has_queue_kv_cache_and_first_token_series_after_a_request() {
     ] {
         assert!(text.contains(name), "/metrics lacks {name}");
     }
+    let kernel = braid_model::kernels::active().name();
+    let build_info = text
+        .lines()
+        .find(|l| l.starts_with("braid_build_info{"))
+        .expect("/metrics lacks braid_build_info");
+    assert!(
+        build_info.contains(&format!("kernel=\"{kernel}\"")) && build_info.ends_with(" 1"),
+        "{build_info}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
