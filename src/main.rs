@@ -1,5 +1,7 @@
 //! The `braid` command line: serving, the model's own tools, and the benchmarks.
 
+mod info;
+
 use braid_model::generate::{generate, GenerateOptions};
 use braid_model::{ChatMessage, IncrementalDecoder, LoadedModel, SamplingParams};
 use clap::{Args, Parser, Subcommand};
@@ -66,6 +68,21 @@ enum Command {
         /// kernel on the model's linear layers, at 1 to 256 rows.
         #[arg(long)]
         compare_kernels: bool,
+        /// Compute with this kernel instead of the fastest this CPU has (overrides
+        /// BRAID_KERNEL); refused if the CPU cannot run it. One run measures one kernel.
+        #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(
+            braid_model::kernels::Kernel::ALL.map(braid_model::kernels::Kernel::name)
+        ))]
+        kernel: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What braid computes with here: version, CPU and its vector features, every kernel and
+    /// the one chosen, compute threads, and the model's shape.
+    Info {
+        #[command(flatten)]
+        model: ModelArgs,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -104,11 +121,15 @@ struct GenArgs {
 }
 
 impl ModelArgs {
+    /// `--threads`, or every core this process may use (as `braid serve` counts them).
+    fn threads(&self) -> usize {
+        self.threads
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
     fn load(&self) -> anyhow::Result<LoadedModel> {
-        let threads = self
-            .threads
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        braid_engine::compute_pool::init(threads);
+        braid_engine::compute_pool::init(self.threads());
         Ok(LoadedModel::load(&self.model)?)
     }
 }
@@ -172,9 +193,17 @@ fn run() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     // The load-test client computes nothing; everything else refuses a kernel the CPU lacks
-    // before it loads a model.
-    if !matches!(cli.command, Command::Bench(_)) {
-        braid_model::kernels::select_from_env()?;
+    // before it loads a model. bench-engine's --kernel wins over BRAID_KERNEL.
+    match &cli.command {
+        Command::Bench(_) => {}
+        Command::BenchEngine {
+            kernel: Some(name), ..
+        } => {
+            braid_model::kernels::select(Some(name))?;
+        }
+        _ => {
+            braid_model::kernels::select_from_env()?;
+        }
     }
     match cli.command {
         Command::Tokenize { text, model } => {
@@ -227,6 +256,7 @@ fn run() -> anyhow::Result<()> {
             batch,
             context,
             compare_kernels,
+            kernel: _,
             json,
         } => {
             let m = model.load()?;
@@ -266,6 +296,17 @@ fn run() -> anyhow::Result<()> {
                     }
                 }
             }
+        }
+        Command::Info { model, json } => {
+            let threads = braid_engine::compute_pool::init(model.threads());
+            let report = info::collect(&model.model, threads);
+            let text = if json {
+                serde_json::to_string_pretty(&report)? + "\n"
+            } else {
+                info::render(&report)
+            };
+            // An error, not a panic, when the reader went away (`braid info | head`).
+            std::io::stdout().lock().write_all(text.as_bytes())?;
         }
     }
     Ok(())
