@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The standard benchmark suite: builds release, starts braid on the default model, runs
 # `braid bench` scaling / interference (braided and with --no-chunked-prefill) / poisson /
-# prefix-cache and the engine alone, writes docs/benchmarks/<date>/ (JSON + SVG) and regenerates
-# docs/PERFORMANCE.md from it. With LLAMA_SERVER=/path/to/llama-server, the same suite also
+# prefix-cache and the engine alone (also once per kernel the CPU supports), writes
+# docs/benchmarks/<date>/ (JSON + SVG) and regenerates docs/PERFORMANCE.md from it. With LLAMA_SERVER=/path/to/llama-server, the same suite also
 # runs against llama.cpp's server on the same GGUF with the same threads, in the same run,
 # and the report gives braid/llama.cpp ratios.
 set -euo pipefail
@@ -60,6 +60,12 @@ echo "== engine alone" >&2
 "$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --compare-kernels --json >"$OUT/engine.json"
 for ctx in 1024 4096; do
   "$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --batch 1,16 --context "$ctx" --json >"$OUT/engine-context-$ctx.json"
+done
+# One process computes with one kernel: a run per kernel this CPU supports, fastest first.
+"$BRAID" info --model "$MODEL" --threads "$THREADS" --json >"$OUT/info.json"
+for kernel in $(python3 -c 'import json, sys; print(*json.load(open(sys.argv[1]))["supported_kernels"])' "$OUT/info.json"); do
+  echo "== engine alone, kernel $kernel" >&2
+  "$BRAID" bench-engine --model "$MODEL" --threads "$THREADS" --kernel "$kernel" --json >"$OUT/engine-kernel-$kernel.json"
 done
 
 echo "== braid" >&2

@@ -33,7 +33,7 @@ def f(x, digits=1):
     return "–" if x is None else f"{x:,.{digits}f}"
 
 
-def machine() -> str:
+def cpu_name() -> str:
     cpu = "unknown CPU"
     try:
         for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
@@ -42,6 +42,14 @@ def machine() -> str:
         flags = open("/proc/cpuinfo").read()
         if "avx512_vnni" in flags:
             cpu += ", AVX-512 VNNI"
+    except OSError:
+        pass
+    return cpu
+
+
+def machine() -> str:
+    cpu = cpu_name()
+    try:
         mem = int(open("/proc/meminfo").read().split()[1]) / 1024 / 1024
     except OSError:
         mem = 0
@@ -91,7 +99,7 @@ def main(out: Path):
         if engine.get("kernels"):
             p("Why braid has its own kernel: the linear layers of one forward (30 layers × 7 weights), tokens/s by path,")
             p("measured in the same run (`braid bench-engine --compare-kernels`):\n")
-            p("| rows per step | candle, Q4_1 as shipped | candle, requantized Q8_0 | candle, dequantized f32 | braid int8 (VNNI) |")
+            p(f"| rows per step | candle, Q4_1 as shipped | candle, requantized Q8_0 | candle, dequantized f32 | braid int8 (`{engine['kernel']}`) |")
             p("|---|---|---|---|---|")
             for k in engine["kernels"]:
                 p(f"| {k['rows']} | {f(k['candle_as_shipped'], 0)} | {f(k['candle_q8_0'], 0)} | {f(k['candle_f32'], 0)} | {f(k['braid_int8'], 0)} |")
@@ -112,6 +120,8 @@ def main(out: Path):
             if rss:
                 p(f"Resident memory of `braid serve` after the suite: {int(rss) / 1e6:.0f} MB (weights, the preallocated KV pool, buffers).")
             p("")
+
+    per_kernel(p, out)
 
     sc = braid["scaling"]
     if sc:
@@ -176,6 +186,38 @@ def main(out: Path):
         p("")
 
     prefix_cache(p, {"braid": braid["prefix-cache"], "llama.cpp `--no-cache-prompt` (same run)": llama["prefix-cache"]})
+
+
+def per_kernel(p, out: Path):
+    """`braid bench-engine --kernel K` once per kernel the CPU supports: each kernel's figures
+    and their share of the fastest kernel's."""
+    runs = [r for r in (load(path) for path in out.glob("engine-kernel-*.json")) if r]
+    if not runs:
+        return
+    # bench.sh runs them fastest first; `braid info --json` of the run keeps that order.
+    info = load(out / "info.json") or {}
+    order = info.get("supported_kernels") or []
+    runs.sort(key=lambda r: (order.index(r["kernel"]) if r["kernel"] in order else len(order), -r["prefill_tokens_per_sec"]))
+    batches = sorted({n for r in runs for n, _, _ in r["decode"]})
+    columns = [("prefill tok/s", lambda r: r["prefill_tokens_per_sec"])]
+    for n in batches:
+        columns.append((f"decode {n} tok/s", lambda r, n=n: next((rate for b, rate, _ in r["decode"] if b == n), None)))
+    best = [max((v for v in map(get, runs) if v), default=None) for _, get in columns]
+    threads = sorted({r["threads"] for r in runs})
+    p("## The engine per kernel (`braid bench-engine --kernel`)\n")
+    p(f"Every kernel this CPU ({cpu_name()}) supports, one `braid bench-engine` process each in the same run, "
+      f"{'/'.join(map(str, threads))} threads, a 512-token prompt and decode at context 128. "
+      "In brackets, each figure as a share of the fastest kernel's in its column. "
+      "`BRAID_KERNEL` picks a kernel for `braid serve`; by default it takes the fastest this CPU supports (the first row).\n")
+    p("| kernel | " + " | ".join(name for name, _ in columns) + " |")
+    p("|---|" + "---|" * len(columns))
+    for r in runs:
+        cells = []
+        for (_, get), top in zip(columns, best):
+            v = get(r)
+            cells.append("–" if v is None else f"{f(v)} ({v / top:.0%})" if top else f(v))
+        p(f"| `{r['kernel']}` | " + " | ".join(cells) + " |")
+    p("")
 
 
 def prefix_cache(p, reports):
