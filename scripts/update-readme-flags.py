@@ -14,7 +14,7 @@ text = readme.read_text()
 block = "## `braid serve` flags\n\n```text\n" + options.strip("\n") + "\n```"
 new = re.sub(r"## `braid serve` flags\n\n```text\n.*?\n```", lambda _: block, text, count=1, flags=re.S)
 others = []
-for cmd in ("generate", "chat", "tokenize", "bench-engine"):
+for cmd in ("generate", "chat", "tokenize", "bench-engine", "info"):
     text = subprocess.run([binary, cmd, "--help"], capture_output=True, text=True, check=True).stdout
     others.append(f"<details><summary><code>braid {cmd}</code></summary>\n\n```text\n{text.strip()}\n```\n\n</details>")
 for scenario in ("scaling", "interference", "poisson", "prefix-cache"):
