@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Summarizes a scripts/bench-kernels.sh run folder as Markdown: per kernel, the engine's
+prefill and decode rates (median, min-max over the rounds) and each as a share of the fastest
+kernel; and, if the folder has them, served throughput of braid forced to AVX2 against
+llama.cpp built for AVX2."""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+COLUMNS = ["prefill"] + [f"decode {b}" for b in (1, 4, 16, 32)]
+
+
+def rates(report: dict) -> dict:
+    out = {"prefill": report["prefill_tokens_per_sec"]}
+    for batch, tok_s, _step in report["decode"]:
+        out[f"decode {batch}"] = tok_s
+    return out
+
+
+def main(folder: Path):
+    runs: dict[str, list[dict]] = {}
+    for f in sorted(folder.glob("engine-*-*.json")):
+        name = f.stem.rsplit("-", 1)[0].removeprefix("engine-")
+        runs.setdefault(name, []).append(rates(json.loads(f.read_text())))
+    machine = (folder / "machine.txt").read_text() if (folder / "machine.txt").exists() else ""
+    print(f"# Kernels side by side: {folder.name}\n\n```\n{machine.strip()}\n```\n")
+    if runs:
+        med = {k: {c: statistics.median(r[c] for r in rs if c in r) for c in COLUMNS} for k, rs in runs.items()}
+        best = "avx512vnni" if "avx512vnni" in med else next(iter(med))
+        n = max(len(rs) for rs in runs.values())
+        print(f"Engine alone (`braid bench-engine --kernel K`), tokens/s, median (min–max) of {n} alternating rounds;")
+        print(f"in brackets, the median as a share of {best}'s. Decode at context 128.\n")
+        print("| kernel | " + " | ".join(COLUMNS) + " |")
+        print("|---" * (len(COLUMNS) + 1) + "|")
+        for k, rs in runs.items():
+            cells = []
+            for c in COLUMNS:
+                vals = [r[c] for r in rs if c in r]
+                cell = f"{med[k][c]:.0f} ({min(vals):.0f}–{max(vals):.0f})"
+                if k != best:
+                    cell += f" [{100 * med[k][c] / med[best][c]:.0f}%]"
+                cells.append(cell)
+            label = "baseline: BASELINE_BRAID, avx512vnni" if k == "baseline" else k
+            print(f"| {label} | " + " | ".join(cells) + " |")
+        print()
+    served = {}
+    for label in ("braid-avx2", "llama.cpp-avx2"):
+        f = folder / label / "scaling.json"
+        if f.exists():
+            served[label] = {g["concurrency"]: g["aggregate"] for g in json.loads(f.read_text())["groups"]}
+    if len(served) == 2:
+        print("Served (`braid bench scaling`, prompt 24 tokens, 64 output tokens), output tokens/s and ITL p50:\n")
+        print("| concurrency | braid, avx2 kernel | llama.cpp, AVX2 build | braid ÷ llama.cpp |")
+        print("|---|---|---|---|")
+        b, l = served["braid-avx2"], served["llama.cpp-avx2"]
+        for c in sorted(b):
+            if c in l:
+                bt, lt = b[c]["throughput_tok_s"], l[c]["throughput_tok_s"]
+                print(
+                    f"| {c} | {bt:.0f} (ITL p50 {b[c]['itl_ms']['p50']:.1f} ms) | {lt:.0f} (ITL p50 {l[c]['itl_ms']['p50']:.1f} ms) | {bt / lt:.2f}× |"
+                )
+        print()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
