@@ -19,7 +19,7 @@ pub fn collect(model: &Path, threads: usize) -> Value {
             "features": features,
         },
         "kernel": active.name(),
-        "kernel_forced_by_env": forced_by_env(),
+        "kernel_forced_by_env": kernels::forced_by_env(),
         "kernels": Kernel::ALL.map(|k| json!({
             "name": k.name(),
             "supported": k.is_supported(),
@@ -31,11 +31,6 @@ pub fn collect(model: &Path, threads: usize) -> Value {
         "threads": threads,
         "model": model_summary(model),
     })
-}
-
-/// Whether `BRAID_KERNEL` chose the kernel (set and not empty, as `select_from_env` reads it).
-fn forced_by_env() -> bool {
-    std::env::var("BRAID_KERNEL").is_ok_and(|v| !v.trim().is_empty())
 }
 
 /// The CPU's marketing name from /proc/cpuinfo (x86 Linux has it; most Arm kernels do not).

@@ -144,7 +144,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
 /// was chosen, the CPU's vector features and the compute threads.
 fn log_kernel(threads: usize) {
     let kernel = braid_model::kernels::active();
-    let how = if std::env::var("BRAID_KERNEL").is_ok_and(|v| !v.trim().is_empty()) {
+    let how = if braid_model::kernels::forced_by_env() {
         "forced by BRAID_KERNEL"
     } else {
         "the fastest this CPU supports"

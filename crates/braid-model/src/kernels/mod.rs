@@ -224,8 +224,19 @@ pub fn select(requested: Option<&str>) -> Result<Kernel, KernelError> {
 
 /// [`select`] with `BRAID_KERNEL` from the environment (unset or empty: the fastest).
 pub fn select_from_env() -> Result<Kernel, KernelError> {
-    let requested = std::env::var("BRAID_KERNEL").ok();
-    select(requested.as_deref().filter(|s| !s.trim().is_empty()))
+    select(requested_by_env().as_deref())
+}
+
+/// The kernel `BRAID_KERNEL` asks for, if it is set and not empty.
+fn requested_by_env() -> Option<String> {
+    std::env::var("BRAID_KERNEL")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// Whether `BRAID_KERNEL` chooses the kernel (rather than the CPU's fastest), for reports.
+pub fn forced_by_env() -> bool {
+    requested_by_env().is_some()
 }
 
 /// The kernel in force. A process that never called [`select`] (a test, a library user)
