@@ -64,6 +64,7 @@ fn model_summary(path: &Path) -> Value {
                 "vocab": c.vocab_size,
                 "context_length": c.context_length,
                 "packed_weight_bytes": m.model.weights.size_in_bytes(),
+                "packed_weight_bytes_by_format": m.model.weights.bytes_by_format(),
             })
         }
         Err(e) => json!({"path": path, "found": true, "error": e.to_string()}),
@@ -136,9 +137,19 @@ pub fn render(info: &Value) -> String {
             m["vocab"],
             m["context_length"],
         ));
+        let mb = |v: &Value| v.as_f64().unwrap_or(0.0) / 1e6;
+        let formats = m["packed_weight_bytes_by_format"]
+            .as_object()
+            .map(|by| {
+                by.iter()
+                    .map(|(format, bytes)| format!("{format} {:.1} MB", mb(bytes)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
         line(format!(
-            "  packed int8 weights: {:.1} MB",
-            m["packed_weight_bytes"].as_f64().unwrap_or(0.0) / 1e6
+            "  packed weights: {:.1} MB ({formats})",
+            mb(&m["packed_weight_bytes"])
         ));
     }
     out

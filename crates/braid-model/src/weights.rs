@@ -1,4 +1,5 @@
-//! Reads a GGUF's tensors and requantizes every linear layer into the int8 kernel's format.
+//! Reads a GGUF's tensors into the kernels' weight formats: Q4_0 and Q4_1 linear layers stay
+//! 4-bit as stored, every other type is requantized to int8 blocks.
 //!
 //! Q, K and V are stacked into one matrix, and gate and up into another, so that a layer costs
 //! four kernel calls instead of seven: fewer passes to quantize activations and fewer
@@ -6,8 +7,9 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::kernels::PackedWeight;
+use crate::kernels::{Int4Source, Int4Weight, PackedWeight};
 use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use std::fs::File;
 use std::io::BufReader;
@@ -35,20 +37,28 @@ impl Weights {
         self.output.as_ref().unwrap_or(&self.embedding)
     }
 
+    /// Every packed matrix: the embedding, the output if it is not tied, then each layer's.
+    fn packed(&self) -> impl Iterator<Item = &PackedWeight> {
+        std::iter::once(&self.embedding)
+            .chain(self.output.as_ref())
+            .chain(
+                self.layers
+                    .iter()
+                    .flat_map(|l| [&l.qkv, &l.attn_out, &l.gate_up, &l.down]),
+            )
+    }
+
     pub fn size_in_bytes(&self) -> usize {
-        let layers: usize = self
-            .layers
-            .iter()
-            .map(|l| {
-                l.qkv.size_in_bytes()
-                    + l.attn_out.size_in_bytes()
-                    + l.gate_up.size_in_bytes()
-                    + l.down.size_in_bytes()
-            })
-            .sum();
-        layers
-            + self.embedding.size_in_bytes()
-            + self.output.as_ref().map_or(0, |o| o.size_in_bytes())
+        self.packed().map(PackedWeight::size_in_bytes).sum()
+    }
+
+    /// Bytes per weight format (`int4`, `int8`), for reports: which layers stayed 4-bit.
+    pub fn bytes_by_format(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        let mut by = std::collections::BTreeMap::new();
+        for w in self.packed() {
+            *by.entry(w.format()).or_default() += w.size_in_bytes();
+        }
+        by
     }
 }
 
@@ -59,12 +69,8 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    /// A tensor as row-major f32 with its (rows, cols), checked against the expected shape.
-    fn f32(&mut self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
-        let bad = |reason: String| ModelError::Corrupt {
-            path: self.path.to_path_buf(),
-            reason,
-        };
+    /// A tensor as stored, checked against the expected shape (rows, cols).
+    fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<QTensor> {
         if !self.ct.tensor_infos.contains_key(name) {
             return Err(ModelError::Unsupported {
                 path: self.path.to_path_buf(),
@@ -74,12 +80,7 @@ impl Reader<'_> {
         let qt = self
             .ct
             .tensor(&mut self.file, name, &Device::Cpu)
-            .map_err(|e| {
-                bad(format!(
-                    "tensor `{name}`: {}",
-                    crate::error::candle_message(e)
-                ))
-            })?;
+            .map_err(|e| self.corrupt(name, e))?;
         let dims = qt.shape().dims().to_vec();
         let expected: &[usize] = if rows == 1 { &[cols] } else { &[rows, cols] };
         if dims != expected {
@@ -88,23 +89,59 @@ impl Reader<'_> {
                 reason: format!("tensor `{name}` has shape {dims:?}, expected {expected:?}"),
             });
         }
-        qt.dequantize(&Device::Cpu)
-            .and_then(|t| t.flatten_all())
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| {
-                bad(format!(
-                    "tensor `{name}`: {}",
-                    crate::error::candle_message(e)
-                ))
-            })
+        Ok(qt)
     }
 
+    fn corrupt(&self, name: &str, e: candle_core::Error) -> ModelError {
+        ModelError::Corrupt {
+            path: self.path.to_path_buf(),
+            reason: format!("tensor `{name}`: {}", crate::error::candle_message(e)),
+        }
+    }
+
+    /// A tensor as row-major f32, checked against the expected shape (rows, cols).
+    fn f32(&mut self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+        self.tensor(name, rows, cols)?
+            .dequantize(&Device::Cpu)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(|e| self.corrupt(name, e))
+    }
+
+    /// The tensors `names` (each `(name, rows)`, all `cols` wide) stacked into one matrix: in
+    /// the 4-bit format if they are all Q4_0 or all Q4_1, requantized to int8 otherwise.
     fn packed(&mut self, names: &[(&str, usize)], cols: usize) -> Result<PackedWeight> {
+        let source = |dtype| match dtype {
+            GgmlDType::Q4_0 => Some(Int4Source::Q4_0),
+            GgmlDType::Q4_1 => Some(Int4Source::Q4_1),
+            _ => None,
+        };
+        let sources: Vec<_> = names
+            .iter()
+            .map(|(name, _)| {
+                self.ct
+                    .tensor_infos
+                    .get(*name)
+                    .and_then(|i| source(i.ggml_dtype))
+            })
+            .collect();
+        let rows = names.iter().map(|&(_, n)| n).sum();
+        if let Some(Some(int4)) = sources
+            .first()
+            .filter(|_| sources.windows(2).all(|p| p[0] == p[1]))
+        {
+            let mut raw = Vec::new();
+            for &(name, n) in names {
+                let qt = self.tensor(name, n, cols)?;
+                raw.extend_from_slice(&qt.data().map_err(|e| self.corrupt(name, e))?);
+            }
+            return Ok(PackedWeight::Int4(Int4Weight::from_gguf(
+                *int4, &raw, rows, cols,
+            )));
+        }
         let mut data = Vec::new();
-        let mut rows = 0;
         for &(name, n) in names {
             data.extend(self.f32(name, n, cols)?);
-            rows += n;
         }
         Ok(PackedWeight::from_f32(&data, rows, cols))
     }

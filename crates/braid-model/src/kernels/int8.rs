@@ -1,6 +1,6 @@
-//! The one hand-written kernel in braid: `y = x · Wᵀ` with int8 weights and int8 activations.
+//! The int8 weight format: `y = x · Wᵀ` with int8 weights and int8 activations.
 //!
-//! Why it exists: candle runs the default model's Q4_1 matmuls on a scalar path (~110 tokens/s
+//! Why braid has its own kernels: candle runs the default model's Q4_1 matmuls on a scalar path (~110 tokens/s
 //! whatever the batch) and its Q8_0 path stops gaining after ~4 rows, because it re-reads every
 //! weight block for every activation row. A serving step carries many rows (16 decodes, or a
 //! prompt slice), so the kernel here is *weight-stationary*: each weight block is loaded once
@@ -14,17 +14,11 @@
 //!
 //! Every output element is reduced in the same order whatever the number of rows or the tile it
 //! falls in, so a sequence's result does not depend on who else is in the batch (bit-identical).
-//! `matmul_reference` is the portable path, used where VNNI is missing and as the tests' oracle.
+//! `reference_tiles` is the portable path, used where no vector kernel runs and as the tests'
+//! oracle.
 
-use super::Kernel;
-use crate::send_ptr::SendPtr;
+use super::{Kernel, QuantizedRows, BLOCK, TILE_N};
 use half::f16;
-use rayon::prelude::*;
-
-/// Values per quantization block along K.
-pub const BLOCK: usize = 32;
-/// Output rows per packed tile.
-pub const TILE_N: usize = 16;
 
 /// One block of 32 K values for 16 output rows: `qs[g][r][j]` holds weight (row r, k = 4g + j) + 128.
 #[derive(Clone)]
@@ -35,25 +29,14 @@ pub(super) struct Tile {
 }
 
 /// A weight matrix of `n` outputs × `k` inputs, packed for the kernel.
-pub struct PackedWeight {
+pub struct Int8Weight {
     pub(super) n: usize,
     pub(super) k: usize,
     /// `[n_tiles][k_blocks]`
     pub(super) tiles: Vec<Tile>,
 }
 
-/// Activations quantized per row and per block of 32: signed values, their scale, and the
-/// `128 · Σq` correction that the unsigned weight offset adds to every block dot product.
-#[derive(Default)]
-pub struct QuantizedRows {
-    pub(super) m: usize,
-    pub(super) k_blocks: usize,
-    pub(super) qs: Vec<i8>,
-    pub(super) scales: Vec<f32>,
-    pub(super) corrections: Vec<i32>,
-}
-
-impl PackedWeight {
+impl Int8Weight {
     /// Quantizes a row-major `n × k` f32 matrix (row i = output i). `k` must be a multiple of 32.
     pub fn from_f32(data: &[f32], n: usize, k: usize) -> Self {
         assert_eq!(data.len(), n * k, "weight data does not match {n}x{k}");
@@ -86,14 +69,6 @@ impl PackedWeight {
         Self { n, k, tiles }
     }
 
-    pub fn n(&self) -> usize {
-        self.n
-    }
-
-    pub fn k(&self) -> usize {
-        self.k
-    }
-
     /// Bytes the kernel streams per full pass over the weights.
     pub fn size_in_bytes(&self) -> usize {
         self.tiles.len() * std::mem::size_of::<Tile>()
@@ -114,86 +89,15 @@ impl PackedWeight {
     }
 }
 
-impl QuantizedRows {
-    /// Quantizes `m` rows of `k` values (row-major) into `self`, reusing its buffers.
-    #[inline(always)]
-    pub fn quantize(&mut self, x: &[f32], m: usize, k: usize) {
-        assert!(k.is_multiple_of(BLOCK) && x.len() >= m * k);
-        let k_blocks = k / BLOCK;
-        self.m = m;
-        self.k_blocks = k_blocks;
-        self.qs.resize(m * k, 0);
-        self.scales.resize(m * k_blocks, 0.0);
-        self.corrections.resize(m * k_blocks, 0);
-        for b in 0..m * k_blocks {
-            let vals = &x[b * BLOCK..(b + 1) * BLOCK];
-            let amax = vals.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, v) in self.qs[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(vals) {
-                let qi = (v * inv).round().clamp(-127.0, 127.0) as i32;
-                *q = qi as i8;
-                sum += qi;
-            }
-            self.scales[b] = d;
-            self.corrections[b] = 128 * sum;
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.m
-    }
-}
-
-/// `out[m][n] = Σ_k x[m][k] · w[n][k]` for all rows of `x`, with the kernel in force
-/// ([`super::active`]), split across the rayon pool by output tiles.
-pub fn matmul(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
-    matmul_with(super::active(), x, w, out)
-}
-
-/// [`matmul`] with the kernel `kernel`, which must be one this CPU runs (it panics otherwise).
-pub fn matmul_with(kernel: Kernel, x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
-    let (m, n) = (x.m, w.n);
-    assert_eq!(
-        x.k_blocks * BLOCK,
-        w.k,
-        "activation width does not match the weight"
-    );
-    assert!(out.len() >= m * n);
-    assert!(
-        kernel.is_supported(),
-        "the {kernel} kernel does not run on this CPU"
-    );
-    if m == 0 {
-        return;
-    }
-    let n_tiles = n.div_ceil(TILE_N);
-    let threads = rayon::current_num_threads().max(1);
-    // Enough chunks to balance two uneven cores, few enough that scheduling stays cheap.
-    let chunk = n_tiles.div_ceil(threads * 2).max(1);
-    // The tasks share the output through its raw pointer, not a `&mut` slice each: slices of
-    // the whole output would alias one another even though their writes do not.
-    let out = SendPtr::new(out.as_mut_ptr());
-    (0..n_tiles.div_ceil(chunk)).into_par_iter().for_each(|c| {
-        let tiles = c * chunk..((c + 1) * chunk).min(n_tiles);
-        // SAFETY: the CPU has the kernel's features (asserted above); `out` holds `m * n`
-        // floats (asserted above) and outlives the loop. Task `c` writes only the columns of
-        // tiles `tiles`, and the tasks' tile ranges do not overlap, so no element is written
-        // by two tasks or read by any.
-        unsafe { tiles_with(kernel, x, w, tiles, out.get()) };
-    });
-}
-
 /// The tiles `tiles` of the product, with `kernel`: writes what [`reference_tiles`] writes.
 ///
 /// # Safety
 ///
 /// The CPU must have `kernel`'s features, and `out` must be as [`reference_tiles`] requires.
-unsafe fn tiles_with(
+pub(super) unsafe fn tiles_with(
     kernel: Kernel,
     x: &QuantizedRows,
-    w: &PackedWeight,
+    w: &Int8Weight,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
@@ -201,26 +105,18 @@ unsafe fn tiles_with(
     unsafe {
         match kernel {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => super::int8_avx512::matmul_tiles(x, w, tiles, out),
+            Kernel::Avx512Vnni => super::avx512::matmul_tiles(x, &w.tiles, w.n, tiles, out),
             #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni => super::int8_avx2::matmul_tiles_avxvnni(x, w, tiles, out),
+            Kernel::AvxVnni => super::avx2::matmul_tiles_avxvnni(x, &w.tiles, w.n, tiles, out),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => super::int8_avx2::matmul_tiles_avx2(x, w, tiles, out),
+            Kernel::Avx2 => super::avx2::matmul_tiles_avx2(x, &w.tiles, w.n, tiles, out),
             #[cfg(target_arch = "aarch64")]
-            Kernel::NeonI8mm => super::int8_neon::matmul_tiles_i8mm(x, w, tiles, out),
+            Kernel::NeonI8mm => super::neon::matmul_tiles_i8mm(x, w, tiles, out),
             #[cfg(target_arch = "aarch64")]
-            Kernel::Neon => super::int8_neon::matmul_tiles_dotprod(x, w, tiles, out),
+            Kernel::Neon => super::neon::matmul_tiles_dotprod(x, w, tiles, out),
             _ => reference_tiles(x, w, tiles, out),
         }
     }
-}
-
-/// The portable path: identical arithmetic to the VNNI kernel, one element at a time.
-pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
-    assert!(out.len() >= x.m * w.n);
-    // SAFETY: `out` holds `m * n` floats and is borrowed mutably for the call, so nothing
-    // else reads or writes it meanwhile.
-    unsafe { reference_tiles(x, w, 0..w.n.div_ceil(TILE_N), out.as_mut_ptr()) };
 }
 
 /// Writes `out[row * n + col]` for every row and every column `col` of the tiles `tiles` (the
@@ -232,7 +128,7 @@ pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
 /// write the elements this call writes until it returns.
 pub(super) unsafe fn reference_tiles(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    w: &Int8Weight,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
@@ -262,6 +158,7 @@ pub(super) unsafe fn reference_tiles(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::{matmul_reference, matmul_with, PackedWeight};
     use rand::{Rng, SeedableRng};
 
     fn random(len: usize, seed: u64) -> Vec<f32> {
@@ -366,14 +263,18 @@ mod tests {
             let (_, _, packed, q) = inputs(m, n, k);
             let mut slow = vec![0f32; m * n];
             matmul_reference(&q, &packed, &mut slow);
+            let PackedWeight::Int8(w8) = &packed else {
+                unreachable!("from_f32 packs int8")
+            };
             let mut fast = vec![f32::NAN; m * n];
             // One call over all tiles, then tile by tile (how the tasks split them).
             let n_tiles = n.div_ceil(TILE_N);
             // SAFETY: the CPU has the features (checked above); `fast` holds `m * n` floats.
             unsafe {
-                super::super::int8_avx2::matmul_tiles_evex256(
+                super::super::avx2::matmul_tiles_evex256(
                     &q,
-                    &packed,
+                    &w8.tiles,
+                    n,
                     0..n_tiles,
                     fast.as_mut_ptr(),
                 )
@@ -383,9 +284,10 @@ mod tests {
             for t in 0..n_tiles {
                 // SAFETY: as above.
                 unsafe {
-                    super::super::int8_avx2::matmul_tiles_evex256(
+                    super::super::avx2::matmul_tiles_evex256(
                         &q,
-                        &packed,
+                        &w8.tiles,
+                        n,
                         t..t + 1,
                         fast.as_mut_ptr(),
                     )

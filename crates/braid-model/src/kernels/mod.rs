@@ -6,9 +6,12 @@
 //! forces a choice; a kernel the CPU cannot run is refused with an error that names it, so a
 //! benchmark or a test never silently measures another kernel than the one it asked for.
 //!
-//! The module is organised by (instruction set × weight format). Today there is one weight
-//! format, int8 blocks of 32 along K ([`int8`]); each instruction set has one file per format
-//! (`int8_avx512.rs`, `int8_avx2.rs`, `int8_neon.rs`). Float loops that the compiler vectorizes
+//! The module is organised by (instruction set × weight format). A weight format is a file that
+//! packs tiles of 16 output rows × 32 K values and holds the portable reference: int8 blocks
+//! ([`int8`], any GGUF type requantized) and 4-bit blocks ([`int4`], Q4_0 and Q4_1 as stored).
+//! An instruction set is a file (`avx512.rs`, `avx2.rs`, `neon.rs`) with one weight-stationary
+//! loop over tiles and rows, and one block function per format that says how a tile of that
+//! format meets the rows; [`PackedWeight`] dispatches on both. Float loops that the compiler vectorizes
 //! (attention, the softmax's exponential) are written once, generic over [`Lanes`], and
 //! instantiated per instruction set by a `#[target_feature]` entry point each.
 //!
@@ -17,21 +20,32 @@
 //! operations on every path, with fused multiply-adds where the source says `mul_add`. The
 //! tests compare each path the CPU has to the portable one bit for bit.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+pub mod int4;
 pub mod int8;
-#[cfg(target_arch = "x86_64")]
-mod int8_avx2;
-#[cfg(target_arch = "x86_64")]
-mod int8_avx512;
-#[cfg(target_arch = "aarch64")]
-mod int8_neon;
 mod lanes;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+mod packed_weight;
+mod quantized_rows;
 
-pub use int8::{matmul, matmul_with, PackedWeight, QuantizedRows};
+pub use int4::{Int4Source, Int4Weight};
+pub use int8::Int8Weight;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use lanes::{Avx512Lanes, F16cLanes};
 pub(crate) use lanes::{Lanes, PortableLanes};
+pub use packed_weight::{matmul, matmul_reference, matmul_with, PackedWeight};
+pub use quantized_rows::QuantizedRows;
 
 use std::sync::OnceLock;
+
+/// Values per quantization block along K, in every weight format.
+pub const BLOCK: usize = 32;
+/// Output rows per packed tile, in every weight format.
+pub const TILE_N: usize = 16;
 
 /// One instruction-set path. The order of [`Kernel::ALL`] is the order of preference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,4 +1,4 @@
-//! The int8 kernel on 256-bit vectors, for x86 CPUs without AVX-512: AVX2 everywhere, and the
+//! The kernels on 256-bit vectors, for x86 CPUs without AVX-512: AVX2 everywhere, and the
 //! VEX-encoded `vpdpbusd` where the CPU has AVX-VNNI (Intel client chips since Alder Lake).
 //!
 //! The loop is the AVX-512 kernel's, on half the width: a weight vector holds 8 output rows ×
@@ -14,8 +14,13 @@
 //!   into 32-bit sums of four. Those are exact sums of `w · a`, with no offset to correct.
 //!
 //! Both give the integer the portable reference computes, so the floats after it are the same.
+//! int4 weights are unsigned nibbles (0..15), which meet the activations directly in both: a
+//! `vpmaddubsw` pair stays within 2 · 15 · 127, and `vpdpbusd` needs no offset to remove.
+//!
+//! The loop over panels, tiles and rows is shared; a format only says how one of its blocks
+//! meets the rows ([`Block`]).
 
-use super::int8::{PackedWeight, QuantizedRows, Tile, BLOCK, TILE_N};
+use super::{int4, int8, QuantizedRows, BLOCK, TILE_N};
 use std::arch::x86_64::*;
 
 /// Rows of activations processed together per weight load.
@@ -27,7 +32,7 @@ const HALF: usize = TILE_N / 2;
 
 /// How a weight vector (8 output rows × 4 K values, stored +128) meets 4 activation bytes
 /// broadcast to every lane, adding each row's 4 products into its 32-bit lane.
-trait Dot {
+pub(super) trait Dot {
     /// Whether the sums carry the weights' +128 offset, which the block's correction removes.
     const OFFSET: bool;
     /// What is kept of a weight vector while every row of the panel is applied to it.
@@ -38,6 +43,11 @@ trait Dot {
     /// # Safety
     /// As for [`Dot::prepare`].
     unsafe fn dot(acc: __m256i, w: Self::Weights, a: __m256i) -> __m256i;
+    /// The same for weights that are unsigned bytes below 16 (int4 nibbles), with no offset.
+    ///
+    /// # Safety
+    /// As for [`Dot::prepare`].
+    unsafe fn dot_nibbles(acc: __m256i, w: __m256i, a: __m256i) -> __m256i;
 }
 
 /// AVX2: `vpsignb`, `vpmaddubsw`, `vpmaddwd`, `vpaddd`.
@@ -60,6 +70,13 @@ impl Dot for SignedPairs {
         let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(a, signed));
         _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
     }
+
+    #[inline(always)]
+    unsafe fn dot_nibbles(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        // A pair is at most 2 · 15 · 127: no saturation.
+        let pairs = _mm256_maddubs_epi16(w, a);
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
 }
 
 /// AVX-VNNI: the VEX-encoded `vpdpbusd`.
@@ -76,6 +93,11 @@ impl Dot for VexDpbusd {
 
     #[inline(always)]
     unsafe fn dot(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(acc, w, a)
+    }
+
+    #[inline(always)]
+    unsafe fn dot_nibbles(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
         _mm256_dpbusd_avx_epi32(acc, w, a)
     }
 }
@@ -101,6 +123,11 @@ impl Dot for EvexDpbusd {
     unsafe fn dot(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(acc, w, a)
     }
+
+    #[inline(always)]
+    unsafe fn dot_nibbles(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, w, a)
+    }
 }
 
 /// The AVX2 kernel for the tiles `tiles`: writes exactly what
@@ -112,14 +139,15 @@ impl Dot for EvexDpbusd {
 /// `x.rows() * w.n()` floats, and no one else may read or write the elements this call writes
 /// until it returns.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_tiles_avx2(
+pub(super) unsafe fn matmul_tiles_avx2<T: Block>(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    weights: &[T],
+    n: usize,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: the features `SignedPairs` needs are enabled; `out` is the caller's.
-    unsafe { matmul_tiles::<SignedPairs>(x, w, tiles, out) }
+    unsafe { matmul_tiles::<SignedPairs, T>(x, weights, n, tiles, out) }
 }
 
 /// The AVX-VNNI kernel: as [`matmul_tiles_avx2`], on a CPU that also has AVX-VNNI.
@@ -128,14 +156,15 @@ pub unsafe fn matmul_tiles_avx2(
 ///
 /// As for [`matmul_tiles_avx2`], and the CPU must support AVX-VNNI.
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub unsafe fn matmul_tiles_avxvnni(
+pub(super) unsafe fn matmul_tiles_avxvnni<T: Block>(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    weights: &[T],
+    n: usize,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: the features `VexDpbusd` needs are enabled; `out` is the caller's.
-    unsafe { matmul_tiles::<VexDpbusd>(x, w, tiles, out) }
+    unsafe { matmul_tiles::<VexDpbusd, T>(x, weights, n, tiles, out) }
 }
 
 /// The AVX-VNNI kernel with the EVEX instruction ([`EvexDpbusd`]), for the tests.
@@ -145,14 +174,15 @@ pub unsafe fn matmul_tiles_avxvnni(
 /// As for [`matmul_tiles_avx2`], and the CPU must support AVX-512 VL and VNNI.
 #[cfg(test)]
 #[target_feature(enable = "avx2,fma,f16c,avx512vl,avx512vnni")]
-pub unsafe fn matmul_tiles_evex256(
+pub(super) unsafe fn matmul_tiles_evex256<T: Block>(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    weights: &[T],
+    n: usize,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: the features `EvexDpbusd` needs are enabled; `out` is the caller's.
-    unsafe { matmul_tiles::<EvexDpbusd>(x, w, tiles, out) }
+    unsafe { matmul_tiles::<EvexDpbusd, T>(x, weights, n, tiles, out) }
 }
 
 /// # Safety
@@ -160,31 +190,32 @@ pub unsafe fn matmul_tiles_evex256(
 /// Called only from the `#[target_feature]` functions above, which vouch for `D`'s features
 /// and pass their caller's `out`.
 #[inline(always)]
-unsafe fn matmul_tiles<D: Dot>(
+unsafe fn matmul_tiles<D: Dot, T: Block>(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    weights: &[T],
+    n: usize,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
-    let (m, n, kbs) = (x.m, w.n, x.k_blocks);
+    let (m, kbs) = (x.m, x.k_blocks);
     // As on AVX-512: panels of rows meet every weight tile of the task, and the remainder rows
     // take the 1-row path, which computes each element in the same order.
     for panel in (0..m).step_by(MB) {
         let end = (panel + MB).min(m);
         for t in tiles.clone() {
-            let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
+            let tile_row = &weights[t * kbs..(t + 1) * kbs];
             let valid = TILE_N.min(n - t * TILE_N);
             let mut row = panel;
             // `row + R <= end <= m`, `tile_row` is tile `t`'s `kbs` blocks and `valid` stops
             // at column `n`: what `rows_tile` needs, with `out` from our caller.
             while row + MR <= end {
                 // SAFETY: see above.
-                unsafe { rows_tile::<D, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
+                unsafe { rows_tile::<D, T, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
                 row += MR;
             }
             while row < end {
                 // SAFETY: see above.
-                unsafe { rows_tile::<D, 1, 4>(x, tile_row, row, kbs, out, n, t, valid) };
+                unsafe { rows_tile::<D, T, 1, 4>(x, tile_row, row, kbs, out, n, t, valid) };
                 row += 1;
             }
         }
@@ -202,9 +233,9 @@ unsafe fn matmul_tiles<D: Dot>(
 /// else may read or write the elements this call writes.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn rows_tile<D: Dot, const R: usize, const A: usize>(
+unsafe fn rows_tile<D: Dot, T: Block, const R: usize, const A: usize>(
     x: &QuantizedRows,
-    tile_row: &[Tile],
+    tile_row: &[T],
     row0: usize,
     kbs: usize,
     out: *mut f32,
@@ -219,11 +250,11 @@ unsafe fn rows_tile<D: Dot, const R: usize, const A: usize>(
         // Two blocks per iteration, in order, as on AVX-512 (see `int8_avx512::rows_tile`).
         let mut pairs = tile_row.chunks_exact(2);
         for (p, pair) in pairs.by_ref().enumerate() {
-            block::<D, R, A>(x, &pair[0], row0, kbs, 2 * p, &mut facc);
-            block::<D, R, A>(x, &pair[1], row0, kbs, 2 * p + 1, &mut facc);
+            pair[0].block::<D, R, A>(x, row0, kbs, 2 * p, &mut facc);
+            pair[1].block::<D, R, A>(x, row0, kbs, 2 * p + 1, &mut facc);
         }
         if let [last] = pairs.remainder() {
-            block::<D, R, A>(x, last, row0, kbs, kbs - 1, &mut facc);
+            last.block::<D, R, A>(x, row0, kbs, kbs - 1, &mut facc);
         }
         for (r, total) in facc.iter().enumerate() {
             let dst = out.add((row0 + r) * n + t * TILE_N);
@@ -244,52 +275,49 @@ unsafe fn rows_tile<D: Dot, const R: usize, const A: usize>(
     }
 }
 
-/// Adds block `kb` (weights `tile`) of rows `row0..row0 + R` to their sums `facc`.
+/// How one block of a weight format's tile meets rows `row0..row0 + R` through `D`, adding to
+/// their float sums `facc` (two halves of 8 outputs). `A` independent integer accumulators per
+/// row and half shorten the chains of dependent adds when there are few rows.
+pub(super) trait Block: Sized {
+    /// # Safety
+    ///
+    /// `D`'s CPU features; `row0 + R <= x.rows()`, `kb < kbs == x.k_blocks`, and `self` is an
+    /// element of a slice of tiles (the prefetch may point past it, never dereferenced).
+    unsafe fn block<D: Dot, const R: usize, const A: usize>(
+        &self,
+        x: &QuantizedRows,
+        row0: usize,
+        kbs: usize,
+        kb: usize,
+        facc: &mut [[__m256; 2]; R],
+    );
+}
+
+/// The halves' float sums of rows `row0..` after block `kb`: `total += f(iacc) · d_w · d_x`
+/// (and `+ m_w · s_x` for a format with minimums), as the reference orders them.
 ///
 /// # Safety
 ///
-/// As for [`rows_tile`], and `kb < kbs`.
+/// AVX2 and FMA; `(row0 + R) * kbs <= ` the length of `x.scales`, `x.sums` and
+/// `x.corrections`.
 #[inline(always)]
-unsafe fn block<D: Dot, const R: usize, const A: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn finish_block<const R: usize, const A: usize>(
     x: &QuantizedRows,
-    tile: &Tile,
     row0: usize,
     kbs: usize,
     kb: usize,
+    iacc: &[[[__m256i; 2]; R]; A],
+    correct: bool,
+    wscale: [__m256; 2],
+    wmin: Option<[__m256; 2]>,
     facc: &mut [[__m256; 2]; R],
 ) {
-    // SAFETY: (the whole body) as in `rows_tile`.
+    // SAFETY: (the whole body) the caller vouches for the features and the bounds.
     unsafe {
-        prefetch_ahead(tile);
-        let qs = x.qs.as_ptr();
-        // The tile's 16 half-float scales, 8 per half.
-        let sc = tile.scales.as_ptr() as *const __m128i;
-        let wscale = [
-            _mm256_cvtph_ps(_mm_loadu_si128(sc)),
-            _mm256_cvtph_ps(_mm_loadu_si128(sc.add(1))),
-        ];
-        let mut iacc = [[[_mm256_setzero_si256(); 2]; R]; A];
-        for g in (0..BLOCK / 4).step_by(A) {
-            for (j, accs) in iacc.iter_mut().enumerate() {
-                // `Tile` is 64-byte aligned and `qs[g + j]` is its (g + j)-th 64 bytes.
-                let wp = tile.qs[g + j].as_ptr() as *const __m256i;
-                let wv = [
-                    D::prepare(_mm256_load_si256(wp)),
-                    D::prepare(_mm256_load_si256(wp.add(1))),
-                ];
-                for (r, acc) in accs.iter_mut().enumerate() {
-                    // Row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4` of its 32.
-                    let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4) as *const i32;
-                    let a = _mm256_set1_epi32(a.read_unaligned());
-                    acc[0] = D::dot(acc[0], wv[0], a);
-                    acc[1] = D::dot(acc[1], wv[1], a);
-                }
-            }
-        }
         for (r, total) in facc.iter_mut().enumerate() {
-            // Below `m * kbs`, the length of `corrections` and `scales`.
             let b = (row0 + r) * kbs + kb;
-            let corr = if D::OFFSET {
+            let corr = if correct {
                 _mm256_set1_epi32(*x.corrections.get_unchecked(b))
             } else {
                 _mm256_setzero_si256()
@@ -303,7 +331,112 @@ unsafe fn block<D: Dot, const R: usize, const A: usize>(
                 let f = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc, corr));
                 let s = _mm256_mul_ps(wscale[h], ascale);
                 *total = _mm256_fmadd_ps(f, s, *total);
+                if let Some(wmin) = wmin {
+                    let sum = _mm256_set1_ps(*x.sums.get_unchecked(b));
+                    *total = _mm256_fmadd_ps(wmin[h], sum, *total);
+                }
             }
+        }
+    }
+}
+
+/// 16 half floats as two vectors of 8 floats.
+///
+/// # Safety
+///
+/// F16C.
+#[inline(always)]
+unsafe fn widen_halves(v: &[half::f16; TILE_N]) -> [__m256; 2] {
+    let p = v.as_ptr() as *const __m128i;
+    // SAFETY: `v` is 32 bytes, two unaligned 16-byte loads; the caller vouches for F16C.
+    unsafe {
+        [
+            _mm256_cvtph_ps(_mm_loadu_si128(p)),
+            _mm256_cvtph_ps(_mm_loadu_si128(p.add(1))),
+        ]
+    }
+}
+
+impl Block for int8::Tile {
+    #[inline(always)]
+    unsafe fn block<D: Dot, const R: usize, const A: usize>(
+        &self,
+        x: &QuantizedRows,
+        row0: usize,
+        kbs: usize,
+        kb: usize,
+        facc: &mut [[__m256; 2]; R],
+    ) {
+        // SAFETY: (the whole body) as the trait requires.
+        unsafe {
+            prefetch_ahead(self);
+            let qs = x.qs.as_ptr();
+            let mut iacc = [[[_mm256_setzero_si256(); 2]; R]; A];
+            for g in (0..BLOCK / 4).step_by(A) {
+                for (j, accs) in iacc.iter_mut().enumerate() {
+                    // The tile is 64-byte aligned and `qs[g + j]` is its (g + j)-th 64 bytes.
+                    let wp = self.qs[g + j].as_ptr() as *const __m256i;
+                    let wv = [
+                        D::prepare(_mm256_load_si256(wp)),
+                        D::prepare(_mm256_load_si256(wp.add(1))),
+                    ];
+                    for (r, acc) in accs.iter_mut().enumerate() {
+                        // Row `row0 + r < m`, block `kb < kbs`, bytes `4(g + j)..+4` of its 32.
+                        let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + (g + j) * 4);
+                        let a = _mm256_set1_epi32((a as *const i32).read_unaligned());
+                        acc[0] = D::dot(acc[0], wv[0], a);
+                        acc[1] = D::dot(acc[1], wv[1], a);
+                    }
+                }
+            }
+            let wscale = widen_halves(&self.scales);
+            finish_block(x, row0, kbs, kb, &iacc, D::OFFSET, wscale, None, facc);
+        }
+    }
+}
+
+impl Block for int4::Tile {
+    #[inline(always)]
+    unsafe fn block<D: Dot, const R: usize, const A: usize>(
+        &self,
+        x: &QuantizedRows,
+        row0: usize,
+        kbs: usize,
+        kb: usize,
+        facc: &mut [[__m256; 2]; R],
+    ) {
+        // SAFETY: (the whole body) as the trait requires.
+        unsafe {
+            prefetch_ahead(self);
+            let qs = x.qs.as_ptr();
+            let nibble = _mm256_set1_epi8(15);
+            let mut iacc = [[[_mm256_setzero_si256(); 2]; R]; A];
+            for p in 0..BLOCK / 8 {
+                // The tile is 64-byte aligned and `qs[p]` is its p-th 64 bytes.
+                let wp = self.qs[p].as_ptr() as *const __m256i;
+                let packed = [_mm256_load_si256(wp), _mm256_load_si256(wp.add(1))];
+                // Groups p (K 4p..4p+3) and p + 4 (K 16+4p..): low and high nibbles.
+                let lo = [
+                    _mm256_and_si256(packed[0], nibble),
+                    _mm256_and_si256(packed[1], nibble),
+                ];
+                let hi = [
+                    _mm256_and_si256(_mm256_srli_epi16(packed[0], 4), nibble),
+                    _mm256_and_si256(_mm256_srli_epi16(packed[1], 4), nibble),
+                ];
+                for (h, (wv, g)) in [(lo, p), (hi, p + 4)].into_iter().enumerate() {
+                    let accs = &mut iacc[(2 * p + h) % A];
+                    for (r, acc) in accs.iter_mut().enumerate() {
+                        // Row `row0 + r < m`, block `kb < kbs`, bytes `4g..4g + 4` of its 32.
+                        let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + g * 4);
+                        let a = _mm256_set1_epi32((a as *const i32).read_unaligned());
+                        acc[0] = D::dot_nibbles(acc[0], wv[0], a);
+                        acc[1] = D::dot_nibbles(acc[1], wv[1], a);
+                    }
+                }
+            }
+            let (wscale, wmin) = (widen_halves(&self.scales), widen_halves(&self.mins));
+            finish_block(x, row0, kbs, kb, &iacc, false, wscale, Some(wmin), facc);
         }
     }
 }
@@ -322,10 +455,10 @@ const PREFETCH_BLOCKS: usize = 4;
 /// None beyond the CPU having SSE (every x86-64 CPU); `unsafe` only so that it inlines into
 /// the kernels' `#[target_feature]` functions like the rest of their code.
 #[inline(always)]
-unsafe fn prefetch_ahead(tile: &Tile) {
+unsafe fn prefetch_ahead<T>(tile: &T) {
     // `wrapping_add`: the address may lie past the weights; a prefetch never faults.
-    let ahead = (tile as *const Tile).wrapping_add(PREFETCH_BLOCKS) as *const i8;
-    for line in (0..std::mem::size_of::<Tile>()).step_by(64) {
+    let ahead = (tile as *const T).wrapping_add(PREFETCH_BLOCKS) as *const i8;
+    for line in (0..std::mem::size_of::<T>()).step_by(64) {
         // SAFETY: a prefetch reads nothing the program sees and does not fault.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line)) };
     }

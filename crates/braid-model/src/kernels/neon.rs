@@ -19,7 +19,8 @@
 //! intrinsics are not stable yet. The rest is stable NEON intrinsics (NEON is baseline on
 //! aarch64).
 
-use super::int8::{PackedWeight, QuantizedRows, Tile, BLOCK, TILE_N};
+use super::int8::{Int8Weight, Tile};
+use super::{QuantizedRows, BLOCK, TILE_N};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -41,7 +42,7 @@ const QUARTER: usize = TILE_N / 4;
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn matmul_tiles_dotprod(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    w: &Int8Weight,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
@@ -58,7 +59,7 @@ pub unsafe fn matmul_tiles_dotprod(
 #[target_feature(enable = "neon,dotprod,i8mm")]
 pub unsafe fn matmul_tiles_i8mm(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    w: &Int8Weight,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
@@ -73,7 +74,7 @@ pub unsafe fn matmul_tiles_i8mm(
 #[inline(always)]
 unsafe fn matmul_tiles<const MMLA: bool>(
     x: &QuantizedRows,
-    w: &PackedWeight,
+    w: &Int8Weight,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
