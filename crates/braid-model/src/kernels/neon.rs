@@ -1,4 +1,4 @@
-//! The int8 kernel on Arm NEON, for Graviton, Ampere and Apple CPUs: the x86 kernels' loop
+//! The kernels on Arm NEON, for Graviton, Ampere and Apple CPUs: the x86 kernels' loop
 //! (weight-stationary, panels of rows, one weight load applied to several activation rows),
 //! with the two Arm instructions that multiply int8 vectors into 32-bit sums:
 //! - `sdot` (the dotprod extension, every server Arm core since Neoverse N1): 4 output rows ×
@@ -6,21 +6,30 @@
 //!   activation load serves four groups of K without a broadcast.
 //! - `smmla` (i8mm, Neoverse V1/V2 and Apple M2 on): a 2×2 block of 8-long dot products, two
 //!   weight rows by two activation rows, twice the multiply-adds of `sdot` per instruction.
-//!   The tile stores 4 K values per row, so neighbouring groups are zipped into 8 per row
+//!   The tiles store 4 K values per row, so neighbouring groups are zipped into 8 per row
 //!   (cheap, once per weight load), and the 2×2 results are unzipped before the floats. An odd
 //!   last row takes the `sdot` path, which gives the same integers.
 //!
-//! Both instructions multiply signed by signed bytes: the stored weights (+128) are flipped
-//! back to signed (`xor 0x80`), so the sums are exact `Σ w · a` and need no correction. The
-//! float epilogue is the reference's operations in its order (convert, scale product, fused
-//! multiply-add per block), so every path writes the reference's bits.
+//! Both instructions multiply signed by signed bytes, so each format's weights are made signed
+//! values first and the sums are exact `Σ w · a`, with no correction:
+//! - int8 weights are stored +128: `xor 0x80` flips them back.
+//! - int4 weights are nibbles 0..15, already valid signed bytes once a mask (`and 0x0F`) or a
+//!   shift (`ushr 4`) takes them out of their byte. For `smmla` the packed bytes are zipped
+//!   before they are unpacked: one zip then serves the low and the high nibbles.
+//!
+//! The float epilogue is the reference's operations in its order (convert, scale product, fused
+//! multiply-add per block, and for int4 the fused multiply-add of the minimum by the
+//! activations' sum), so every path writes the reference's bits.
+//!
+//! The loop over panels, tiles and rows is shared; a format only says how one of its blocks
+//! meets the rows ([`Block`]).
 //!
 //! `sdot`, `smmla` and the half-float conversion are written as inline assembly: their Rust
 //! intrinsics are not stable yet. The rest is stable NEON intrinsics (NEON is baseline on
 //! aarch64).
 
-use super::int8::{Int8Weight, Tile};
-use super::{QuantizedRows, BLOCK, TILE_N};
+use super::{int4, int8, QuantizedRows, BLOCK, TILE_N};
+use half::f16;
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -31,8 +40,77 @@ const MB: usize = 64;
 /// Output rows per vector of four 32-bit sums: a tile is four of them.
 const QUARTER: usize = TILE_N / 4;
 
-/// The dotprod kernel for the tiles `tiles`: writes exactly what
-/// [`super::int8::reference_tiles`] writes, with the same values.
+/// What the kernels read of a weight matrix, whatever its format: each format's `tiles_with`
+/// passes its weight as it is.
+pub(super) trait Weight {
+    type Tile: Block;
+    /// The tiles, `[n_tiles][k_blocks]`.
+    fn tiles(&self) -> &[Self::Tile];
+    /// Outputs (columns of the product).
+    fn n(&self) -> usize;
+}
+
+impl Weight for int8::Int8Weight {
+    type Tile = int8::Tile;
+    fn tiles(&self) -> &[int8::Tile] {
+        &self.tiles
+    }
+    fn n(&self) -> usize {
+        self.n
+    }
+}
+
+impl Weight for int4::Int4Weight {
+    type Tile = int4::Tile;
+    fn tiles(&self) -> &[int4::Tile] {
+        &self.tiles
+    }
+    fn n(&self) -> usize {
+        self.n
+    }
+}
+
+/// How one block of a weight format's tile meets rows of activations: the exact integer dot
+/// products (`sdot` or `smmla`), and what the float epilogue takes from the tile.
+pub(super) trait Block {
+    /// Adds the block's products with `R` rows into `iacc[set][row][v]` (output rows
+    /// `4v..4v + 4`). `act[row]` is the row's 32 activation bytes of the block, in two vectors.
+    /// `A` independent accumulator sets shorten the chains of dependent adds when there are
+    /// few rows; integer sums are exact, so how the work is split between them does not change
+    /// the result.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support the dot product extension.
+    unsafe fn sdot<const R: usize, const A: usize>(
+        &self,
+        act: &[[int8x16_t; 2]; R],
+        iacc: &mut [[[int32x4_t; 4]; R]; A],
+    );
+
+    /// Adds the block's products with `P` pairs of rows into `iacc[pair]`, as `smmla` lays
+    /// them out: `iacc[pair][2v]` holds weight rows `4v, 4v + 1` × the pair's two rows,
+    /// `iacc[pair][2v + 1]` weight rows `4v + 2, 4v + 3`. `act[pair][q]` is K values
+    /// `8q..8q + 8` of the pair's first row, then of its second.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support i8mm.
+    unsafe fn mmla<const P: usize>(
+        &self,
+        act: &[[int8x16_t; 4]; P],
+        iacc: &mut [[int32x4_t; 8]; P],
+    );
+
+    /// The tile's 16 weight scales as f32, 4 output rows per vector.
+    fn scales(&self) -> [float32x4_t; 4];
+
+    /// The tile's 16 weight minimums as f32, for a format that has them.
+    fn mins(&self) -> Option<[float32x4_t; 4]>;
+}
+
+/// The dotprod kernel for the tiles `tiles`: writes exactly what the format's
+/// `reference_tiles` writes, with the same values.
 ///
 /// # Safety
 ///
@@ -40,14 +118,14 @@ const QUARTER: usize = TILE_N / 4;
 /// `x.rows() * w.n()` floats, and no one else may read or write the elements this call writes
 /// until it returns.
 #[target_feature(enable = "neon,dotprod")]
-pub unsafe fn matmul_tiles_dotprod(
+pub(super) unsafe fn matmul_tiles_dotprod<W: Weight>(
     x: &QuantizedRows,
-    w: &Int8Weight,
+    w: &W,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: the features `sdot` needs are enabled; `out` is the caller's.
-    unsafe { matmul_tiles::<false>(x, w, tiles, out) }
+    unsafe { matmul_tiles::<false, W::Tile>(x, w.tiles(), w.n(), tiles, out) }
 }
 
 /// The i8mm kernel: as [`matmul_tiles_dotprod`], with `smmla` for pairs of rows.
@@ -57,35 +135,37 @@ pub unsafe fn matmul_tiles_dotprod(
 /// As for [`matmul_tiles_dotprod`], and the CPU must support the int8 matrix multiply
 /// extension (i8mm).
 #[target_feature(enable = "neon,dotprod,i8mm")]
-pub unsafe fn matmul_tiles_i8mm(
+pub(super) unsafe fn matmul_tiles_i8mm<W: Weight>(
     x: &QuantizedRows,
-    w: &Int8Weight,
+    w: &W,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: the features `smmla` and `sdot` need are enabled; `out` is the caller's.
-    unsafe { matmul_tiles::<true>(x, w, tiles, out) }
+    unsafe { matmul_tiles::<true, W::Tile>(x, w.tiles(), w.n(), tiles, out) }
 }
 
 /// # Safety
 ///
 /// Called only from the `#[target_feature]` functions above, which vouch for the CPU features
-/// (`MMLA` needs i8mm) and pass their caller's `out`.
+/// (`MMLA` needs i8mm) and pass their caller's `out`; `weights` holds the tiles of a weight
+/// `n` outputs wide with `x.k_blocks` blocks per tile row.
 #[inline(always)]
-unsafe fn matmul_tiles<const MMLA: bool>(
+unsafe fn matmul_tiles<const MMLA: bool, T: Block>(
     x: &QuantizedRows,
-    w: &Int8Weight,
+    weights: &[T],
+    n: usize,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
-    let (m, n, kbs) = (x.m, w.n, x.k_blocks);
+    let (m, kbs) = (x.m, x.k_blocks);
     // As on x86: panels of rows meet every weight tile of the task; rows left over after the
     // MR-row steps (and pairs) take narrower paths that compute each element in the same
     // order, so a row's result does not depend on `m`.
     for panel in (0..m).step_by(MB) {
         let end = (panel + MB).min(m);
         for t in tiles.clone() {
-            let tile_row = &w.tiles[t * kbs..(t + 1) * kbs];
+            let tile_row = &weights[t * kbs..(t + 1) * kbs];
             let valid = TILE_N.min(n - t * TILE_N);
             let mut row = panel;
             // Every call below has `row + rows <= end <= m`, `tile_row` = tile `t`'s `kbs`
@@ -95,25 +175,25 @@ unsafe fn matmul_tiles<const MMLA: bool>(
                 while row + MR <= end {
                     // SAFETY: see above; `MMLA` means the CPU has i8mm.
                     unsafe {
-                        rows_tile_mmla::<{ MR / 2 }>(x, tile_row, row, kbs, out, n, t, valid)
+                        rows_tile_mmla::<T, { MR / 2 }>(x, tile_row, row, kbs, out, n, t, valid)
                     };
                     row += MR;
                 }
                 while row + 2 <= end {
                     // SAFETY: as above.
-                    unsafe { rows_tile_mmla::<1>(x, tile_row, row, kbs, out, n, t, valid) };
+                    unsafe { rows_tile_mmla::<T, 1>(x, tile_row, row, kbs, out, n, t, valid) };
                     row += 2;
                 }
             } else {
                 while row + MR <= end {
                     // SAFETY: see above.
-                    unsafe { rows_tile_sdot::<MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
+                    unsafe { rows_tile_sdot::<T, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
                     row += MR;
                 }
             }
             while row < end {
                 // SAFETY: see above.
-                unsafe { rows_tile_sdot::<1, 2>(x, tile_row, row, kbs, out, n, t, valid) };
+                unsafe { rows_tile_sdot::<T, 1, 2>(x, tile_row, row, kbs, out, n, t, valid) };
                 row += 1;
             }
         }
@@ -163,16 +243,16 @@ unsafe fn smmla(mut acc: int32x4_t, w: int8x16_t, a: int8x16_t) -> int32x4_t {
     acc
 }
 
-/// The tile's 16 weight scales as f32, 4 output rows per vector. `fcvtl` converts half floats
-/// exactly, as the reference's `to_f32` does.
+/// 16 half floats as f32, 4 output rows per vector. `fcvtl` converts half floats exactly, as
+/// the reference's `to_f32` does.
 #[inline(always)]
-fn weight_scales(tile: &Tile) -> [float32x4_t; 4] {
+fn widen_halves(halves: &[f16; TILE_N]) -> [float32x4_t; 4] {
     let (lo, hi): (uint16x8_t, uint16x8_t);
     let (s0, s1, s2, s3): (float32x4_t, float32x4_t, float32x4_t, float32x4_t);
-    // SAFETY: `scales` is 16 half floats (32 bytes), read as two vectors of 8; the
+    // SAFETY: `halves` is 16 half floats (32 bytes), read as two vectors of 8; the
     // conversions touch only their registers (NEON is baseline on aarch64).
     unsafe {
-        let p = tile.scales.as_ptr() as *const u16;
+        let p = halves.as_ptr() as *const u16;
         lo = vld1q_u16(p);
         hi = vld1q_u16(p.add(8));
         asm!(
@@ -192,26 +272,16 @@ fn weight_scales(tile: &Tile) -> [float32x4_t; 4] {
     [s0, s1, s2, s3]
 }
 
-/// Quarter `v` of group `g` of the tile (output rows `4v..4v + 4` × K values `4g..4g + 4`), as
-/// signed weights.
-#[inline(always)]
-fn signed_quarter(tile: &Tile, g: usize, v: usize) -> int8x16_t {
-    debug_assert!(g < BLOCK / 4 && v < 4);
-    // SAFETY: `qs[g]` is 64 bytes, of which bytes `16v..16v + 16` are read (`v < 4`).
-    unsafe {
-        let stored = vld1q_u8(tile.qs.get_unchecked(g).as_ptr().add(16 * v));
-        vreinterpretq_s8_u8(veorq_u8(stored, vdupq_n_u8(0x80)))
-    }
-}
-
 /// Adds one block's integer sums of one row (`sums[v]`: output rows `4v..4v + 4`) into its
-/// float totals exactly as the reference does: `fma(sum as f32, wscale · ascale, total)`.
+/// float totals exactly as the reference does: `fma(sum as f32, wscale · ascale, total)`, then
+/// for a format with minimums `fma(wmin, asum, total)`, where `min` is `(wmin, asum)`.
 #[inline(always)]
 fn add_block(
     totals: &mut [float32x4_t; 4],
     sums: [int32x4_t; 4],
     wscale: &[float32x4_t; 4],
     ascale: f32,
+    min: Option<(&[float32x4_t; 4], f32)>,
 ) {
     // SAFETY: plain NEON arithmetic on registers (NEON is baseline on aarch64).
     unsafe {
@@ -220,6 +290,9 @@ fn add_block(
             let f = vcvtq_f32_s32(sums[v]);
             let s = vmulq_f32(wscale[v], ascale);
             totals[v] = vfmaq_f32(totals[v], f, s);
+            if let Some((wmin, asum)) = min {
+                totals[v] = vfmaq_f32(totals[v], wmin[v], vdupq_n_f32(asum));
+            }
         }
     }
 }
@@ -249,30 +322,6 @@ unsafe fn store_row(totals: &[float32x4_t; 4], dst: *mut f32, valid: usize) {
     }
 }
 
-/// Groups `4h + L` of one block (`L` is the activation lane): every row's sums gain that
-/// group's products. Rows use accumulator set `L % A`.
-///
-/// # Safety
-///
-/// The CPU must support the dot product extension; `h < 2`.
-#[inline(always)]
-unsafe fn sdot_group<const L: i32, const R: usize, const A: usize>(
-    iacc: &mut [[[int32x4_t; 4]; R]; A],
-    tile: &Tile,
-    h: usize,
-    act: &[[int8x16_t; 2]; R],
-) {
-    let g = 4 * h + L as usize;
-    let set = &mut iacc[L as usize % A];
-    for v in 0..4 {
-        let wv = signed_quarter(tile, g, v);
-        for (sums, act) in set.iter_mut().zip(act) {
-            // SAFETY: the caller vouches for dotprod.
-            sums[v] = unsafe { sdot_lane::<L>(sums[v], wv, act[h]) };
-        }
-    }
-}
-
 /// Rows `row0..row0 + R` times weight tile `t` (whose blocks are `tile_row`), with `sdot`:
 /// writes the first `valid` columns, counted from `16 · t`, of those rows. `A` independent
 /// accumulator sets shorten the chains of dependent adds when there are few rows.
@@ -284,9 +333,9 @@ unsafe fn sdot_group<const L: i32, const R: usize, const A: usize>(
 /// of `x.rows() * n` floats, and no one else may read or write the elements this call writes.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn rows_tile_sdot<const R: usize, const A: usize>(
+unsafe fn rows_tile_sdot<T: Block, const R: usize, const A: usize>(
     x: &QuantizedRows,
-    tile_row: &[Tile],
+    tile_row: &[T],
     row0: usize,
     kbs: usize,
     out: *mut f32,
@@ -302,7 +351,8 @@ unsafe fn rows_tile_sdot<const R: usize, const A: usize>(
         let mut facc = [[zero_f; 4]; R];
         let qs = x.qs.as_ptr();
         for (kb, tile) in tile_row.iter().enumerate() {
-            let wscale = weight_scales(tile);
+            let wscale = tile.scales();
+            let wmin = tile.mins();
             let mut act = [[vdupq_n_s8(0); 2]; R];
             for (r, act) in act.iter_mut().enumerate() {
                 // Row `row0 + r < m`, block `kb < kbs`: its 32 bytes.
@@ -310,12 +360,7 @@ unsafe fn rows_tile_sdot<const R: usize, const A: usize>(
                 *act = [vld1q_s8(a), vld1q_s8(a.add(16))];
             }
             let mut iacc = [[[zero_i; 4]; R]; A];
-            for h in 0..2 {
-                sdot_group::<0, R, A>(&mut iacc, tile, h, &act);
-                sdot_group::<1, R, A>(&mut iacc, tile, h, &act);
-                sdot_group::<2, R, A>(&mut iacc, tile, h, &act);
-                sdot_group::<3, R, A>(&mut iacc, tile, h, &act);
-            }
+            tile.sdot::<R, A>(&act, &mut iacc);
             for (r, totals) in facc.iter_mut().enumerate() {
                 let mut sums = iacc[0][r];
                 for set in &iacc[1..] {
@@ -323,9 +368,11 @@ unsafe fn rows_tile_sdot<const R: usize, const A: usize>(
                         sums[v] = vaddq_s32(sums[v], set[r][v]);
                     }
                 }
-                // Below `m * kbs`, the length of `scales`.
-                let ascale = *x.scales.get_unchecked((row0 + r) * kbs + kb);
-                add_block(totals, sums, &wscale, ascale);
+                // Below `m * kbs`, the length of `scales` and `sums`.
+                let b = (row0 + r) * kbs + kb;
+                let ascale = *x.scales.get_unchecked(b);
+                let min = wmin.as_ref().map(|wmin| (wmin, *x.sums.get_unchecked(b)));
+                add_block(totals, sums, &wscale, ascale, min);
             }
         }
         for (r, totals) in facc.iter().enumerate() {
@@ -343,9 +390,9 @@ unsafe fn rows_tile_sdot<const R: usize, const A: usize>(
 /// The CPU must support i8mm; otherwise as for [`rows_tile_sdot`] with `R = 2P`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn rows_tile_mmla<const P: usize>(
+unsafe fn rows_tile_mmla<T: Block, const P: usize>(
     x: &QuantizedRows,
-    tile_row: &[Tile],
+    tile_row: &[T],
     row0: usize,
     kbs: usize,
     out: *mut f32,
@@ -362,7 +409,8 @@ unsafe fn rows_tile_mmla<const P: usize>(
         let mut facc = [[[zero_f; 4]; 2]; P];
         let qs = x.qs.as_ptr();
         for (kb, tile) in tile_row.iter().enumerate() {
-            let wscale = weight_scales(tile);
+            let wscale = tile.scales();
+            let wmin = tile.mins();
             // `act[p][q]`: K values `8q..8q + 8` of row `row0 + 2p`, then of the next row.
             let mut act = [[vdupq_n_s8(0); 4]; P];
             for (p, act) in act.iter_mut().enumerate() {
@@ -376,23 +424,8 @@ unsafe fn rows_tile_mmla<const P: usize>(
                     act[2 * half + 1] = vreinterpretq_s8_s64(vzip2q_s64(r0, r1));
                 }
             }
-            // `iacc[p][2v]`: weight rows 4v, 4v + 1 × the pair's two rows, as `smmla` lays
-            // them out; `iacc[p][2v + 1]`: weight rows 4v + 2, 4v + 3.
             let mut iacc = [[zero_i; 8]; P];
-            for q in 0..BLOCK / 8 {
-                for v in 0..4 {
-                    // Groups 2q and 2q + 1 hold K values 8q..8q + 8, four each per row: the
-                    // 32-bit zips put each row's eight side by side.
-                    let lo = vreinterpretq_s32_s8(signed_quarter(tile, 2 * q, v));
-                    let hi = vreinterpretq_s32_s8(signed_quarter(tile, 2 * q + 1, v));
-                    let w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
-                    let w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
-                    for (sums, act) in iacc.iter_mut().zip(&act) {
-                        sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
-                        sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
-                    }
-                }
-            }
+            tile.mmla::<P>(&act, &mut iacc);
             for (p, totals) in facc.iter_mut().enumerate() {
                 // Even lanes are the pair's first row, odd lanes its second.
                 let mut sums = [[zero_i; 4]; 2];
@@ -402,9 +435,11 @@ unsafe fn rows_tile_mmla<const P: usize>(
                     sums[1][v] = vuzp2q_s32(a, b);
                 }
                 for j in 0..2 {
-                    // Below `m * kbs`, the length of `scales`.
-                    let ascale = *x.scales.get_unchecked((row0 + 2 * p + j) * kbs + kb);
-                    add_block(&mut totals[j], sums[j], &wscale, ascale);
+                    // Below `m * kbs`, the length of `scales` and `sums`.
+                    let b = (row0 + 2 * p + j) * kbs + kb;
+                    let ascale = *x.scales.get_unchecked(b);
+                    let min = wmin.as_ref().map(|wmin| (wmin, *x.sums.get_unchecked(b)));
+                    add_block(&mut totals[j], sums[j], &wscale, ascale, min);
                 }
             }
         }
@@ -415,5 +450,195 @@ unsafe fn rows_tile_mmla<const P: usize>(
                 store_row(totals, dst, valid);
             }
         }
+    }
+}
+
+/// Quarter `v` of group `g` of an int8 tile (output rows `4v..4v + 4` × K values
+/// `4g..4g + 4`), as signed weights.
+#[inline(always)]
+fn signed_quarter(tile: &int8::Tile, g: usize, v: usize) -> int8x16_t {
+    debug_assert!(g < BLOCK / 4 && v < 4);
+    // SAFETY: `qs[g]` is 64 bytes, of which bytes `16v..16v + 16` are read (`v < 4`).
+    unsafe {
+        let stored = vld1q_u8(tile.qs.get_unchecked(g).as_ptr().add(16 * v));
+        vreinterpretq_s8_u8(veorq_u8(stored, vdupq_n_u8(0x80)))
+    }
+}
+
+/// Groups `4h + L` of one int8 block (`L` is the activation lane): every row's sums gain that
+/// group's products. Rows use accumulator set `L % A`.
+///
+/// # Safety
+///
+/// The CPU must support the dot product extension; `h < 2`.
+#[inline(always)]
+unsafe fn sdot_group<const L: i32, const R: usize, const A: usize>(
+    iacc: &mut [[[int32x4_t; 4]; R]; A],
+    tile: &int8::Tile,
+    h: usize,
+    act: &[[int8x16_t; 2]; R],
+) {
+    let g = 4 * h + L as usize;
+    let set = &mut iacc[L as usize % A];
+    for v in 0..4 {
+        let wv = signed_quarter(tile, g, v);
+        for (sums, act) in set.iter_mut().zip(act) {
+            // SAFETY: the caller vouches for dotprod.
+            sums[v] = unsafe { sdot_lane::<L>(sums[v], wv, act[h]) };
+        }
+    }
+}
+
+impl Block for int8::Tile {
+    #[inline(always)]
+    unsafe fn sdot<const R: usize, const A: usize>(
+        &self,
+        act: &[[int8x16_t; 2]; R],
+        iacc: &mut [[[int32x4_t; 4]; R]; A],
+    ) {
+        for h in 0..2 {
+            // SAFETY: the caller vouches for dotprod; `h < 2`.
+            unsafe {
+                sdot_group::<0, R, A>(iacc, self, h, act);
+                sdot_group::<1, R, A>(iacc, self, h, act);
+                sdot_group::<2, R, A>(iacc, self, h, act);
+                sdot_group::<3, R, A>(iacc, self, h, act);
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn mmla<const P: usize>(
+        &self,
+        act: &[[int8x16_t; 4]; P],
+        iacc: &mut [[int32x4_t; 8]; P],
+    ) {
+        for q in 0..BLOCK / 8 {
+            for v in 0..4 {
+                // Groups 2q and 2q + 1 hold K values 8q..8q + 8, four each per row: the 32-bit
+                // zips put each row's eight side by side.
+                let lo = vreinterpretq_s32_s8(signed_quarter(self, 2 * q, v));
+                let hi = vreinterpretq_s32_s8(signed_quarter(self, 2 * q + 1, v));
+                // SAFETY: register shuffles (NEON is baseline); the caller vouches for i8mm.
+                unsafe {
+                    let w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
+                    let w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
+                    for (sums, act) in iacc.iter_mut().zip(act) {
+                        sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
+                        sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn scales(&self) -> [float32x4_t; 4] {
+        widen_halves(&self.scales)
+    }
+
+    #[inline(always)]
+    fn mins(&self) -> Option<[float32x4_t; 4]> {
+        None
+    }
+}
+
+/// Quarter `v` of packed group `p` of an int4 tile: output rows `4v..4v + 4`, 4 bytes each,
+/// with K values `4p..4p + 4` in the low nibbles and `16 + 4p..16 + 4p + 4` in the high ones.
+#[inline(always)]
+fn packed_quarter(tile: &int4::Tile, p: usize, v: usize) -> uint8x16_t {
+    let bytes = &tile.qs[p][16 * v..16 * v + 16];
+    // SAFETY: `bytes` is the 16 bytes the load reads.
+    unsafe { vld1q_u8(bytes.as_ptr()) }
+}
+
+/// Packed group `L` of one int4 block: its low nibbles (K `4L..4L + 4`) meet lane `L` of the
+/// activations' first 16 bytes, its high nibbles (K `16 + 4L..`) lane `L` of the last 16.
+/// Nibble half `h` uses accumulator set `(2L + h) % A`: the two halves of a load feed the same
+/// rows, and with two sets they do not wait on each other.
+///
+/// # Safety
+///
+/// The CPU must support the dot product extension.
+#[inline(always)]
+unsafe fn sdot_nibbles<const L: i32, const R: usize, const A: usize>(
+    iacc: &mut [[[int32x4_t; 4]; R]; A],
+    tile: &int4::Tile,
+    act: &[[int8x16_t; 2]; R],
+) {
+    for v in 0..4 {
+        let packed = packed_quarter(tile, L as usize, v);
+        // SAFETY: register arithmetic (NEON is baseline); the caller vouches for dotprod.
+        unsafe {
+            let halves = [vandq_u8(packed, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(packed)];
+            for (h, w) in halves.into_iter().enumerate() {
+                let w = vreinterpretq_s8_u8(w);
+                let set = &mut iacc[(2 * L as usize + h) % A];
+                for (sums, act) in set.iter_mut().zip(act) {
+                    sums[v] = sdot_lane::<L>(sums[v], w, act[h]);
+                }
+            }
+        }
+    }
+}
+
+impl Block for int4::Tile {
+    #[inline(always)]
+    unsafe fn sdot<const R: usize, const A: usize>(
+        &self,
+        act: &[[int8x16_t; 2]; R],
+        iacc: &mut [[[int32x4_t; 4]; R]; A],
+    ) {
+        // SAFETY: the caller vouches for dotprod.
+        unsafe {
+            sdot_nibbles::<0, R, A>(iacc, self, act);
+            sdot_nibbles::<1, R, A>(iacc, self, act);
+            sdot_nibbles::<2, R, A>(iacc, self, act);
+            sdot_nibbles::<3, R, A>(iacc, self, act);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn mmla<const P: usize>(
+        &self,
+        act: &[[int8x16_t; 4]; P],
+        iacc: &mut [[int32x4_t; 8]; P],
+    ) {
+        for p in 0..BLOCK / 16 {
+            for v in 0..4 {
+                // Packed groups 2p and 2p + 1 zipped as for int8: each row's 8 bytes hold K
+                // values 8p..8p + 8 in their low nibbles (activations `q = p`) and
+                // 16 + 8p..16 + 8p + 8 in their high ones (`q = p + 2`).
+                let a = vreinterpretq_u32_u8(packed_quarter(self, 2 * p, v));
+                let b = vreinterpretq_u32_u8(packed_quarter(self, 2 * p + 1, v));
+                // SAFETY: register arithmetic (NEON is baseline); the caller vouches for i8mm.
+                unsafe {
+                    let z01 = vreinterpretq_u8_u32(vzip1q_u32(a, b));
+                    let z23 = vreinterpretq_u8_u32(vzip2q_u32(a, b));
+                    let nibble = vdupq_n_u8(0x0F);
+                    let halves = [
+                        (p, vandq_u8(z01, nibble), vandq_u8(z23, nibble)),
+                        (p + 2, vshrq_n_u8::<4>(z01), vshrq_n_u8::<4>(z23)),
+                    ];
+                    for (q, w01, w23) in halves {
+                        let (w01, w23) = (vreinterpretq_s8_u8(w01), vreinterpretq_s8_u8(w23));
+                        for (sums, act) in iacc.iter_mut().zip(act) {
+                            sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
+                            sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn scales(&self) -> [float32x4_t; 4] {
+        widen_halves(&self.scales)
+    }
+
+    #[inline(always)]
+    fn mins(&self) -> Option<[float32x4_t; 4]> {
+        Some(widen_halves(&self.mins))
     }
 }
