@@ -7,12 +7,33 @@
 //! to every query row of a tile and every query head that shares the KV head (grouped-query
 //! attention). A row's result depends only on its position and its own cache, never on which
 //! other rows or heads share the task: chunked prefill and batching stay bit-identical.
+//!
+//! Keys are taken in partitions of [`PART_BLOCKS`] blocks fixed by position (flash-decoding):
+//! each partition yields its own maximum, sum of exponentials and unnormalized weighted sum of
+//! values, and [`combine`] merges a row's partitions in order. A lone sequence at a long
+//! context can then spread one row's keys over every core (tasks of a few partitions each,
+//! merged after), and since the partitions do not depend on how the work is split, a row gets
+//! the same bits whether one task or many computed it.
 
 use crate::kernels::{Kernel, Lanes, PortableLanes};
 use crate::kv_pool::KvPool;
 
 /// Query rows of one sequence that one task handles together.
 pub const ROW_TILE: usize = 64;
+
+/// KV blocks per key partition (256 positions with blocks of 16).
+pub const PART_BLOCKS: usize = 16;
+
+/// Floats of one partition's partial result: its maximum score, its sum of exponentials, then
+/// the `head_dim` floats of its unnormalized weighted sum of values.
+pub fn partial_len(head_dim: usize) -> usize {
+    head_dim + 2
+}
+
+/// Key partitions a row at `pos` reads.
+pub fn parts_for(pos: usize, block_size: usize) -> usize {
+    pos / (PART_BLOCKS * block_size) + 1
+}
 
 /// One (sequence, KV head, tile of rows) unit of work.
 pub struct GroupTask<'a> {
@@ -25,12 +46,43 @@ pub struct GroupTask<'a> {
     /// Query heads reading this KV head: `first_head..first_head + group`.
     pub first_head: usize,
     pub group: usize,
+    /// Key partitions this task reads (clipped to those its last row sees).
+    pub parts: std::ops::Range<usize>,
+    /// Whether other tasks read the rows' other partitions: then `out(row, head)` is the
+    /// (row, head)'s array of partials (one [`partial_len`] entry per partition, indexed by
+    /// partition) and the task writes its partitions' entries there, for [`combine`] to merge;
+    /// otherwise `out(row, head)` is the output vector.
+    pub split: bool,
 }
 
-/// Per-thread buffers: every (row, head)'s scores over its visible context.
+/// Per-thread buffers: every (row, head)'s scores over one partition, and its partials.
 #[derive(Default)]
 pub struct Scratch {
     scores: Vec<f32>,
+    partials: Vec<f32>,
+}
+
+/// Merges one (row, head)'s partials (`parts` entries of [`partial_len`] floats, in partition
+/// order) into its attention output `out`: each partition's sums are rescaled to the row's
+/// maximum, added in partition order, and divided by the total weight. Partitions the row does
+/// not see (sum 0) are skipped.
+pub fn combine(partials: &[f32], out: &mut [f32]) {
+    let len = out.len() + 2;
+    let max = partials
+        .chunks_exact(len)
+        .filter(|p| p[1] > 0.0)
+        .fold(f32::NEG_INFINITY, |m, p| m.max(p[0]));
+    out.fill(0.0);
+    let mut total = 0f32;
+    for p in partials.chunks_exact(len).filter(|p| p[1] > 0.0) {
+        let w = exp_approx(p[0] - max);
+        total = w.mul_add(p[1], total);
+        for (o, v) in out.iter_mut().zip(&p[2..]) {
+            *o = w.mul_add(*v, *o);
+        }
+    }
+    let inv = 1.0 / total;
+    out.iter_mut().for_each(|o| *o *= inv);
 }
 
 /// Computes the task's outputs. `q(row, head)` points at a query vector, `out(row, head)` at
@@ -49,10 +101,11 @@ pub struct Scratch {
 /// # Safety
 ///
 /// For every `row < task.rows` and `head` in `task.first_head..task.first_head + task.group`:
-/// `q(row, head)` must be valid for reads and `out(row, head)` valid for reads and writes of
-/// `head_dim` floats, for the whole call. The `out` vectors must not overlap one another or any
-/// `q` vector, and no one else may write a `q` vector, or read or write an `out` vector, until
-/// the call returns.
+/// `q(row, head)` must be valid for reads of `head_dim` floats, and `out(row, head)` valid for
+/// reads and writes of `head_dim` floats, or with `task.split` of the entries of `task.parts`
+/// in a partial array (`partial_len(head_dim)` floats per partition, from partition 0), for
+/// the whole call. Those `out` regions must not overlap one another or any `q` vector, and no
+/// one else may write a `q` vector, or read or write those regions, until the call returns.
 pub unsafe fn attend_group<Q, O>(
     kernel: Kernel,
     pool: &KvPool,
@@ -145,59 +198,122 @@ unsafe fn attend<L: Lanes, Q, O>(
     let (bs, d, g) = (pool.block_size(), head_dim, task.group);
     let scale = 1.0 / (d as f32).sqrt();
     let last_pos = task.start + task.rows - 1;
-    let width = last_pos + 1;
-    s.scores.resize(task.rows * g * width, 0.0);
+    let part_len = PART_BLOCKS * bs;
+    let parts = task.parts.start..task.parts.end.min(parts_for(last_pos, bs));
+    let (np, plen) = (parts.len(), partial_len(d));
+    s.scores.resize(task.rows * g * part_len, 0.0);
+    s.partials.resize(task.rows * g * np * plen, 0.0);
     // Called only with `row < task.rows` and `head < g`, and no slice from either closure is
     // held across the creation of an output slice of the same (row, head).
     let query = |row: usize, head: usize| {
         // SAFETY: a query vector the caller vouches for, which nobody writes during the call.
         unsafe { std::slice::from_raw_parts(q(row, task.first_head + head), d) }
     };
-    let output = |row: usize, head: usize| {
-        // SAFETY: an output vector the caller vouches for, apart from every other vector, and
-        // each `output(row, head)` slice is dropped before the next one for it is made.
-        unsafe { std::slice::from_raw_parts_mut(out(row, task.first_head + head), d) }
-    };
     // Rows `first_row(b)..` sit at positions that see block `b`, the first `visible` keys of it.
     let first_row = |b: usize| (b * bs).saturating_sub(task.start);
     let visible = |b: usize, row: usize| bs.min(task.start + row + 1 - b * bs);
+    // The block after `b` if the task reads it, to prefetch.
+    let next = |b: usize| {
+        let next = task.block_table.get(b + 1).filter(|_| b < last_pos / bs);
+        next.map(|&n| pool.block(task.layer, n, task.kv_head))
+    };
 
-    for b in 0..=last_pos / bs {
-        let (keys, _) = pool.block(task.layer, task.block_table[b], task.kv_head);
-        for row in first_row(b)..task.rows {
-            for head in 0..g {
-                let qv = query(row, head);
-                let n = visible(b, row);
-                let scores = &mut s.scores[(row * g + head) * width + b * bs..][..n];
-                for (k0, chunk) in scores.chunks_mut(LANES).enumerate() {
-                    // SAFETY: our caller vouches for `L`'s features.
-                    let sixteen = unsafe { scores16::<L>(qv, keys, bs, k0 * LANES) };
-                    for (sc, x) in chunk.iter_mut().zip(sixteen) {
-                        *sc = x * scale;
+    for (pi, p) in parts.clone().enumerate() {
+        let blocks = p * PART_BLOCKS..((p + 1) * PART_BLOCKS).min(last_pos / bs + 1);
+        for b in blocks.clone() {
+            let (keys, _) = pool.block(task.layer, task.block_table[b], task.kv_head);
+            if let Some((keys, _)) = next(b) {
+                prefetch(keys);
+            }
+            let at = (b - p * PART_BLOCKS) * bs;
+            for row in first_row(b)..task.rows {
+                for head in 0..g {
+                    let qv = query(row, head);
+                    let n = visible(b, row);
+                    let scores = &mut s.scores[(row * g + head) * part_len + at..][..n];
+                    for (k0, chunk) in scores.chunks_mut(LANES).enumerate() {
+                        // SAFETY: our caller vouches for `L`'s features.
+                        let sixteen = unsafe { scores16::<L>(qv, keys, bs, k0 * LANES) };
+                        for (sc, x) in chunk.iter_mut().zip(sixteen) {
+                            *sc = x * scale;
+                        }
                     }
+                }
+            }
+        }
+        for row in 0..task.rows {
+            for head in 0..g {
+                let partial = &mut s.partials[((row * g + head) * np + pi) * plen..][..plen];
+                partial[2..].fill(0.0);
+                // Keys of this partition the row sees: none if it starts after the row.
+                let seen = (task.start + row + 1)
+                    .saturating_sub(p * part_len)
+                    .min(part_len);
+                if seen == 0 {
+                    partial[..2].copy_from_slice(&[f32::NEG_INFINITY, 0.0]);
+                    continue;
+                }
+                let scores = &mut s.scores[(row * g + head) * part_len..][..seen];
+                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let sum = exp_shifted_in_place(scores, max);
+                partial[..2].copy_from_slice(&[max, sum]);
+            }
+        }
+        for b in blocks {
+            let (_, values) = pool.block(task.layer, task.block_table[b], task.kv_head);
+            if let Some((_, values)) = next(b) {
+                prefetch(values);
+            }
+            let at = (b - p * PART_BLOCKS) * bs;
+            for row in first_row(b)..task.rows {
+                for head in 0..g {
+                    let weights = &s.scores[(row * g + head) * part_len + at..][..visible(b, row)];
+                    let partial = &mut s.partials[((row * g + head) * np + pi) * plen..][..plen];
+                    // SAFETY: our caller vouches for `L`'s features.
+                    unsafe { weighted_sum_into::<L>(&mut partial[2..], weights, values) };
                 }
             }
         }
     }
     for row in 0..task.rows {
         for head in 0..g {
-            let scores = &mut s.scores[(row * g + head) * width..][..task.start + row + 1];
-            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let inv = 1.0 / exp_shifted_in_place(scores, max);
-            scores.iter_mut().for_each(|x| *x *= inv);
-            output(row, head).fill(0.0);
-        }
-    }
-    for b in 0..=last_pos / bs {
-        let (_, values) = pool.block(task.layer, task.block_table[b], task.kv_head);
-        for row in first_row(b)..task.rows {
-            for head in 0..g {
-                let weights = &s.scores[(row * g + head) * width + b * bs..][..visible(b, row)];
-                // SAFETY: our caller vouches for `L`'s features.
-                unsafe { weighted_sum_into::<L>(output(row, head), weights, values) };
+            let partials = &s.partials[(row * g + head) * np * plen..][..np * plen];
+            if task.split {
+                // SAFETY: this task's partitions' entries of the (row, head)'s partial array,
+                // which the caller vouches for; other tasks write only other partitions'
+                // entries, and the slice is dropped before the next one is made.
+                let mine = unsafe {
+                    let first = out(row, task.first_head + head).wrapping_add(parts.start * plen);
+                    std::slice::from_raw_parts_mut(first, np * plen)
+                };
+                mine.copy_from_slice(partials);
+            } else {
+                // SAFETY: an output vector the caller vouches for, apart from every other
+                // vector, and the slice is dropped before the next one is made.
+                let output =
+                    unsafe { std::slice::from_raw_parts_mut(out(row, task.first_head + head), d) };
+                combine(partials, output);
             }
         }
     }
+}
+
+/// Asks the cache for `data` (the next KV block's keys or values) while the current block is
+/// computed. A sequence's blocks lie anywhere in the pool, so each is a new stream that the
+/// hardware prefetchers would only pick up after several misses.
+#[inline(always)]
+fn prefetch(data: &[u16]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..data.len()).step_by(32) {
+        // SAFETY: a prefetch of an address inside `data`; it reads nothing the program sees.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                data.as_ptr().add(line) as *const i8,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
 }
 
 /// Keys scored together: one 512-bit vector of f32.
@@ -361,11 +477,16 @@ mod tests {
     #[test]
     fn matches_two_pass_softmax_and_ignores_tiling() {
         let cfg = config();
-        // A shorter context under Miri, which runs the full one too slowly; still three blocks.
+        // A shorter context under Miri, which runs the full one too slowly: still three
+        // blocks, but one key partition. Otherwise three partitions, the last one partial.
         let (bs, d) = (16, 16);
-        let ctx = if cfg!(miri) { 34 } else { 100 };
-        let mut pool = KvPool::new(&cfg, bs, 8);
-        let table: Vec<u32> = vec![3, 0, 7, 1, 5, 2, 6];
+        let ctx: usize = if cfg!(miri) { 34 } else { 600 };
+        let n_blocks = ctx.div_ceil(bs);
+        let mut pool = KvPool::new(&cfg, bs, n_blocks + 2);
+        // Blocks out of order, as a real block table has them.
+        let table: Vec<u32> = (0..n_blocks as u32)
+            .map(|b| (b * 7 + 3) % (n_blocks as u32 + 2))
+            .collect();
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         let mut rand_vec = |n: usize| {
             (0..n)
@@ -387,37 +508,78 @@ mod tests {
         }
         let queries = rand_vec(ctx * 4 * d);
         let q = |row: usize, head: usize| queries[(row * 4 + head) * d..].as_ptr();
+        // Rows `start..start + rows` of KV head `kv_head`, partitions `parts`, into `out`.
+        let attend = |kernel: Kernel,
+                      (start, rows): (usize, usize),
+                      kv_head: usize,
+                      (parts, split): (std::ops::Range<usize>, bool),
+                      out: &dyn Fn(usize, usize) -> *mut f32| {
+            let task = GroupTask {
+                layer: 0,
+                block_table: &table,
+                start,
+                rows,
+                kv_head,
+                first_head: kv_head * 2,
+                group: 2,
+                parts,
+                split,
+            };
+            // SAFETY: `queries` holds `ctx` rows of 4 heads; the callers' `out` gives each
+            // (row, head) its own region of a buffer that outlives the call.
+            unsafe {
+                attend_group(
+                    kernel,
+                    &pool,
+                    &task,
+                    d,
+                    &mut Scratch::default(),
+                    |r, h| q(start + r, h),
+                    out,
+                )
+            };
+        };
         let run = |kernel: Kernel, start: usize, rows: usize| {
             let mut out = vec![0f32; rows * 4 * d];
             let ptr = out.as_mut_ptr();
             for kv_head in 0..2 {
-                let task = GroupTask {
-                    layer: 0,
-                    block_table: &table,
-                    start,
-                    rows,
-                    kv_head,
-                    first_head: kv_head * 2,
-                    group: 2,
-                };
-                // SAFETY: `queries` holds `ctx` rows of 4 heads and `out` `rows` of them, and
-                // each (row, head) has its own `d` floats in `out`.
-                unsafe {
-                    attend_group(
+                let whole = (0..usize::MAX, false);
+                attend(kernel, (start, rows), kv_head, whole, &|r, h| {
+                    ptr.wrapping_add((r * 4 + h) * d)
+                });
+            }
+            out
+        };
+        // The same rows with their keys split over tasks of `per` partitions each (as a lone
+        // sequence at a long context runs), merged afterwards.
+        let run_split = |kernel: Kernel, start: usize, rows: usize, per: usize| {
+            let n_parts = parts_for(start + rows - 1, bs);
+            let plen = partial_len(d);
+            // Each (row, head) has `n_parts` partials; the tasks write disjoint partitions.
+            let mut partials = vec![f32::NAN; rows * 4 * n_parts * plen];
+            let ptr = partials.as_mut_ptr();
+            for kv_head in 0..2 {
+                for p in (0..n_parts).step_by(per) {
+                    attend(
                         kernel,
-                        &pool,
-                        &task,
-                        d,
-                        &mut Scratch::default(),
-                        |r, h| q(start + r, h),
-                        |r, h| ptr.wrapping_add((r * 4 + h) * d),
-                    )
-                };
+                        (start, rows),
+                        kv_head,
+                        (p..p + per, true),
+                        &|r, h| ptr.wrapping_add((r * 4 + h) * n_parts * plen),
+                    );
+                }
+            }
+            let mut out = vec![0f32; rows * 4 * d];
+            for (o, p) in out.chunks_mut(d).zip(partials.chunks(n_parts * plen)) {
+                combine(p, o);
             }
             out
         };
         let whole = run(Kernel::Portable, 0, ctx);
-        for pos in [0, 15, 16, 17, 33, 63, 99].into_iter().filter(|&p| p < ctx) {
+        for pos in [0, 15, 16, 17, 33, 63, 99, 255, 256, 300, 599]
+            .into_iter()
+            .filter(|&p| p < ctx)
+        {
             for head in 0..4 {
                 let kv = head / 2;
                 let want = naive(
@@ -432,7 +594,15 @@ mod tests {
             }
         }
         // The same rows computed in other tiles are bit-identical.
-        let tiles = [(17, 1), (20, 13), (37, 1), (50, 13), (90, 10)];
+        let tiles = [
+            (17, 1),
+            (20, 13),
+            (37, 1),
+            (50, 13),
+            (90, 10),
+            (250, 12),
+            (599, 1),
+        ];
         for (start, rows) in tiles.into_iter().filter(|&(s, r)| s + r <= ctx) {
             assert_eq!(
                 run(Kernel::Portable, start, rows),
@@ -454,6 +624,17 @@ mod tests {
                 bits(whole[20 * 4 * d..33 * 4 * d].to_vec()),
                 "{kernel} differs from portable on rows 20..33"
             );
+            // Keys split over tasks: the same bits, however many partitions a task takes.
+            for (start, rows) in tiles.into_iter().filter(|&(s, r)| s + r <= ctx) {
+                for per in [1, 2] {
+                    assert_eq!(
+                        bits(run_split(kernel, start, rows, per)),
+                        bits(whole[start * 4 * d..(start + rows) * 4 * d].to_vec()),
+                        "{kernel}, rows {start}..{}, {per} partitions per task",
+                        start + rows
+                    );
+                }
+            }
         }
     }
 }

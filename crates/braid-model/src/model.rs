@@ -7,7 +7,9 @@
 //! Logits are computed only for the rows that will be sampled: the output layer is the
 //! largest matrix of a small model, and a prompt slice needs only its last row, if any.
 
-use crate::attention::{attend_group, GroupTask, Scratch, ROW_TILE};
+use crate::attention::{
+    attend_group, combine, partial_len, parts_for, GroupTask, Scratch, ROW_TILE,
+};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::kernels::{self, matmul, QuantizedRows};
@@ -40,6 +42,8 @@ pub struct Workspace {
     h: Vec<f32>,
     qkv: Vec<f32>,
     attn: Vec<f32>,
+    /// Attention partials of rows whose key partitions several tasks share.
+    partials: Vec<f32>,
     gate_up: Vec<f32>,
     act: Vec<f32>,
     proj: Vec<f32>,
@@ -267,51 +271,82 @@ impl Model {
             .iter()
             .map(|e| e.tokens.len().div_ceil(ROW_TILE))
             .sum();
+        let threads = rayon::current_num_threads();
+        let bs = kv.block_size();
+        let plen = partial_len(d);
         // A lone sequence has as few tasks as KV heads (3 for the default model), which two
-        // cores split 2 + 1. Then each query head gets its own task: the KV blocks are read
-        // once per query head instead of once per group, but from cache, and the cores finish
-        // together. Every (row, head) is computed alike either way.
-        let per_head = tiles * c.num_kv_heads < 2 * rayon::current_num_threads();
-        let (task_heads, heads_per_task) = if per_head {
-            (c.num_heads, 1)
-        } else {
-            (c.num_kv_heads, group)
-        };
-        let mut tasks = Vec::with_capacity(tiles * task_heads);
+        // cores would split 2 + 1. At a short context each query head then gets its own task:
+        // the KV blocks are read once per query head instead of once per group, but from
+        // cache, and the cores finish together. At a long context the keys themselves are
+        // split: tasks of a few key partitions each, whose partials are merged after. Every
+        // (row, head) is computed alike whichever way.
+        let few = tiles * c.num_kv_heads < 2 * threads;
+        let per_tile = (4 * threads).div_ceil(tiles * c.num_kv_heads);
+        let mut tasks = Vec::new();
+        let mut split_tiles = Vec::new();
         let mut row = 0;
         for e in batch {
             for tile in (0..e.tokens.len()).step_by(ROW_TILE) {
                 let rows = ROW_TILE.min(e.tokens.len() - tile);
-                for t in 0..task_heads {
-                    let first_head = t * heads_per_task;
-                    let task = GroupTask {
-                        layer,
-                        block_table: e.block_table,
-                        start: e.start + tile,
-                        rows,
-                        kv_head: first_head / group,
-                        first_head,
-                        group: heads_per_task,
-                    };
-                    tasks.push((row + tile, task));
+                let start = e.start + tile;
+                let n_parts = parts_for(start + rows - 1, bs);
+                let task = |first_head, group, parts, split| GroupTask {
+                    layer,
+                    block_table: e.block_table,
+                    start,
+                    rows,
+                    kv_head: first_head / (c.num_heads / c.num_kv_heads),
+                    first_head,
+                    group,
+                    parts,
+                    split,
+                };
+                if few && n_parts > 1 {
+                    let step = n_parts.div_ceil(per_tile);
+                    for kv_head in 0..c.num_kv_heads {
+                        for p in (0..n_parts).step_by(step) {
+                            let parts = p..(p + step).min(n_parts);
+                            tasks.push((row + tile, task(kv_head * group, group, parts, true)));
+                        }
+                    }
+                    split_tiles.push((row + tile, rows, n_parts));
+                } else if few {
+                    for head in 0..c.num_heads {
+                        tasks.push((row + tile, task(head, 1, 0..n_parts, false)));
+                    }
+                } else {
+                    for kv_head in 0..c.num_kv_heads {
+                        tasks.push((row + tile, task(kv_head * group, group, 0..n_parts, false)));
+                    }
                 }
             }
             row += e.tokens.len();
         }
+        let max_parts = split_tiles.iter().map(|&(_, _, n)| n).max().unwrap_or(0);
+        let rows_total = ws.attn.len() / h;
+        ws.partials
+            .resize(rows_total * c.num_heads * max_parts * plen, 0.0);
         let qkv = SendPtr::new(ws.qkv.as_mut_ptr());
         let out = SendPtr::new(ws.attn.as_mut_ptr());
+        let partials = SendPtr::new(ws.partials.as_mut_ptr());
         let kernel = kernels::active();
-        // Costliest tiles first (rows × context), so the two cores finish together.
-        tasks.sort_by_key(|(_, t)| std::cmp::Reverse(t.rows * (t.start + t.rows)));
+        // Costliest tasks first (rows × keys read), so the two cores finish together.
+        tasks.sort_by_key(|(_, t)| {
+            std::cmp::Reverse(
+                t.rows * t.parts.len().min(parts_for(t.start + t.rows - 1, bs)) * t.group,
+            )
+        });
         tasks
             .par_iter()
             .for_each_init(Scratch::default, |scratch, (row0, task)| {
                 // SAFETY: the task's rows `row0..row0 + task.rows` are rows of the step, so a
                 // query (the first `h` floats of a `qkv_w`-wide row of `ws.qkv`) and an output
                 // (a row of `ws.attn`, `h` wide) of `d` floats lies inside its buffer, both
-                // resized to the step's rows. Nothing writes `ws.qkv` during the loop, and
-                // every (row, head) of the step is in exactly one task, so the `d` floats of
-                // `ws.attn` a task writes are written and read by no other task.
+                // resized to the step's rows; a split task's (row, head) partial array of
+                // `max_parts` entries lies inside `ws.partials`, resized to every row and head.
+                // Nothing writes `ws.qkv` during the loop; every (row, head) of the step is in
+                // exactly one whole task, or in split tasks that cover disjoint partitions, so
+                // what a task writes is written and read by no other task.
                 unsafe {
                     attend_group(
                         kernel,
@@ -324,10 +359,28 @@ impl Model {
                                 .wrapping_add((row0 + i) * qkv_w + head * d)
                                 .cast_const()
                         },
-                        |i, head| out.get().wrapping_add((row0 + i) * h + head * d),
+                        |i, head| {
+                            if task.split {
+                                let at = ((row0 + i) * c.num_heads + head) * max_parts * plen;
+                                partials.get().wrapping_add(at)
+                            } else {
+                                out.get().wrapping_add((row0 + i) * h + head * d)
+                            }
+                        },
                     )
                 };
             });
+        for (row0, rows, n_parts) in split_tiles {
+            for r in row0..row0 + rows {
+                for head in 0..c.num_heads {
+                    let at = (r * c.num_heads + head) * max_parts * plen;
+                    combine(
+                        &ws.partials[at..at + n_parts * plen],
+                        &mut ws.attn[r * h + head * d..][..d],
+                    );
+                }
+            }
+        }
     }
 }
 
