@@ -3,14 +3,17 @@
 #   1. `braid bench-engine --kernel K` for each kernel `braid info` lists as supported, in
 #      alternating rounds, plus an older braid binary (BASELINE_BRAID=path) if given, forced
 #      to avx512vnni: did the portable build lose anything against it?
+#      Each round also measures decode at a long context (LONG_CONTEXT, default 4096) for the
+#      baseline and the fastest kernel: 1 and 16 sequences.
 #   2. With LLAMA_SERVER_AVX2=path/to/llama-server built for AVX2 without AVX-512 (see
 #      docs/PERFORMANCE.md for its flags): `braid bench scaling` at c=1 and c=16 against braid
 #      forced to avx2 and against that llama-server, same GGUF, same threads, same client.
 # Output: docs/benchmarks/<date>-kernels/ (raw JSON, and summary.md with medians).
-# Usage: scripts/bench-kernels.sh [ROUNDS]   (default 5)
+# Usage: [KERNELS="k1 k2"] scripts/bench-kernels.sh [ROUNDS]   (default 5; every supported kernel)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
+LONG_CONTEXT=${LONG_CONTEXT:-4096}
 BRAID=${BRAID:-target/release/braid}
 MODEL=${BRAID_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 THREADS=${THREADS:-2}
@@ -18,11 +21,13 @@ PORT=${PORT:-18188}
 OUT=${OUT:-docs/benchmarks/$(date -u +%Y-%m-%d)-kernels}
 mkdir -p "$OUT"
 [ -x "$BRAID" ] || cargo build --release
-kernels=$("$BRAID" info --json --model "$MODEL" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["supported_kernels"]))')
+# KERNELS="avx512vnni avx2" measures only those (the portable reference takes minutes a round).
+kernels=${KERNELS:-$("$BRAID" info --json --model "$MODEL" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["supported_kernels"]))')}
 {
   echo "date: $(date -u +%FT%TZ)"
   lscpu | grep -E '^(Model name|CPU family|Model|Flags):' | cut -c1-200
   echo "braid: $(git rev-parse --short HEAD)  kernels: $kernels  threads: $THREADS"
+  echo "long context: $LONG_CONTEXT"
   [ -n "${BASELINE_BRAID:-}" ] && echo "baseline: $BASELINE_BRAID"
   [ -n "${LLAMA_SERVER_AVX2:-}" ] && echo "llama-server (AVX2): $LLAMA_SERVER_AVX2"
   echo "load at start: $(cat /proc/loadavg)"
@@ -36,6 +41,12 @@ for i in $(seq "$ROUNDS"); do
   for k in $kernels; do
     "$BRAID" bench-engine --kernel "$k" --model "$MODEL" --threads "$THREADS" --json >"$OUT/engine-$k-$i.json"
   done
+  long=(--context "$LONG_CONTEXT" --batch 1 --batch 16 --prompt-tokens 64 --model "$MODEL" --threads "$THREADS" --json)
+  if [ -n "${BASELINE_BRAID:-}" ]; then
+    BRAID_KERNEL=avx512vnni "$BASELINE_BRAID" bench-engine "${long[@]}" >"$OUT/long-baseline-$i.json"
+  fi
+  best=${kernels%% *}
+  "$BRAID" bench-engine --kernel "$best" "${long[@]}" >"$OUT/long-$best-$i.json"
 done
 
 wait_ready() {

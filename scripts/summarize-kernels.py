@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summarizes a scripts/bench-kernels.sh run folder as Markdown: per kernel, the engine's
 prefill and decode rates (median, min-max over the rounds) and each as a share of the fastest
-kernel; and, if the folder has them, served throughput of braid forced to AVX2 against
+kernel; decode at a long context, the fastest kernel against the baseline build; and, if the
+folder has them, served throughput of braid forced to AVX2 against
 llama.cpp built for AVX2."""
 
 import json
@@ -41,6 +42,32 @@ def main(folder: Path):
                 cell = f"{med[k][c]:.0f} ({min(vals):.0f}–{max(vals):.0f})"
                 if k != best:
                     cell += f" [{100 * med[k][c] / med[best][c]:.0f}%]"
+                cells.append(cell)
+            label = "baseline: BASELINE_BRAID, avx512vnni" if k == "baseline" else k
+            print(f"| {label} | " + " | ".join(cells) + " |")
+        print()
+    long: dict[str, list[dict]] = {}
+    for f in sorted(folder.glob("long-*-*.json")):
+        name = f.stem.rsplit("-", 1)[0].removeprefix("long-")
+        long.setdefault(name, []).append(json.loads(f.read_text()))
+    if long:
+        context = next(
+            (l.split(":")[1].strip() for l in machine.splitlines() if l.startswith("long context:")), "?"
+        )
+        print(f"Decode at context {context} (`braid bench-engine --context {context} --batch 1 --batch 16`), tokens/s,")
+        print("median (min–max) of the rounds:\n")
+        batches = [b for b, _, _ in next(iter(long.values()))[0]["decode"]]
+        print("| build | " + " | ".join(f"decode {b}" for b in batches) + " |")
+        print("|---" * (len(batches) + 1) + "|")
+        meds = {}
+        for k, rs in long.items():
+            cells = []
+            for i, b in enumerate(batches):
+                vals = [r["decode"][i][1] for r in rs]
+                meds[(k, b)] = statistics.median(vals)
+                cell = f"{meds[(k, b)]:.1f} ({min(vals):.1f}–{max(vals):.1f})"
+                if k != "baseline" and ("baseline", b) in meds:
+                    cell += f" [{meds[(k, b)] / meds[('baseline', b)]:.2f}× baseline]"
                 cells.append(cell)
             label = "baseline: BASELINE_BRAID, avx512vnni" if k == "baseline" else k
             print(f"| {label} | " + " | ".join(cells) + " |")

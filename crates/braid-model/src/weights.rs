@@ -1,5 +1,5 @@
-//! Reads a GGUF's tensors into the kernels' weight formats: Q4_0 and Q4_1 linear layers stay
-//! 4-bit as stored, every other type is requantized to int8 blocks.
+//! Reads a GGUF's tensors into the kernels' weight formats: Q4_0, Q4_1 and Q4_K linear layers
+//! stay 4-bit, every other type is requantized to int8 blocks.
 //!
 //! Q, K and V are stacked into one matrix, and gate and up into another, so that a layer costs
 //! four kernel calls instead of seven: fewer passes to quantize activations and fewer
@@ -109,11 +109,13 @@ impl Reader<'_> {
     }
 
     /// The tensors `names` (each `(name, rows)`, all `cols` wide) stacked into one matrix: in
-    /// the 4-bit format if they are all Q4_0 or all Q4_1, requantized to int8 otherwise.
+    /// the 4-bit format if they are all Q4_0, all Q4_1 or all Q4_K, requantized to int8
+    /// otherwise.
     fn packed(&mut self, names: &[(&str, usize)], cols: usize) -> Result<PackedWeight> {
         let source = |dtype| match dtype {
             GgmlDType::Q4_0 => Some(Int4Source::Q4_0),
             GgmlDType::Q4_1 => Some(Int4Source::Q4_1),
+            GgmlDType::Q4K if cols.is_multiple_of(256) => Some(Int4Source::Q4K),
             _ => None,
         };
         let sources: Vec<_> = names

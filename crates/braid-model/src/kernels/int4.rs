@@ -1,11 +1,12 @@
-//! The 4-bit weight format: Q4_0 and Q4_1 tensors keep their 4 bits and their own scales.
+//! The 4-bit weight format: Q4_0, Q4_1 and Q4_K tensors keep their 4 bits and their own scales.
 //!
 //! Why: a decode step reads every weight once, so a lone sequence is bound by the bytes the
 //! weights take. Requantized to int8 the default model's layers stream 119 MB per token; kept at
 //! 4 bits they stream 66 MB. Keeping the file's own values also removes a second rounding: the
-//! weights the kernel multiplies are exactly the ones in the GGUF (`d · q + m`).
+//! weights the kernel multiplies are exactly the ones in a Q4_0 or Q4_1 GGUF (`d · q + m`), and
+//! a Q4_K's up to the half-float rounding of its sub-block scales.
 //!
-//! Format: blocks of 32 along K, as in the file, packed in tiles of 16 output rows like the int8
+//! Format: blocks of 32 along K (Q4_K's sub-blocks), packed in tiles of 16 output rows like the int8
 //! format. Byte `qs[p][4r + j]` holds the weight of row `r` at `k = 4p + j` in its low nibble and
 //! at `k = 16 + 4p + j` in its high one, so one vector load yields two vectors of 16 rows × 4 K
 //! values after a mask and a shift, each ready for the same `vpdpbusd`/`sdot` as the int8
@@ -34,38 +35,87 @@ pub struct Int4Weight {
     pub(super) tiles: Vec<Tile>,
 }
 
-/// The GGUF block layouts this format takes as they are.
+/// The GGUF block layouts this format takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Int4Source {
-    /// 18 bytes: `d` (f16), 16 bytes of nibbles; weight `d · (q - 8)`.
+    /// 32 weights in 18 bytes: `d` (f16), 16 bytes of nibbles; weight `d · (q - 8)`.
     Q4_0,
-    /// 20 bytes: `d` (f16), `m` (f16), 16 bytes of nibbles; weight `d · q + m`.
+    /// 32 weights in 20 bytes: `d` (f16), `m` (f16), 16 bytes of nibbles; weight `d · q + m`.
     Q4_1,
+    /// 256 weights in 144 bytes: `d` and `dmin` (f16), 12 bytes of 6-bit scales and minimums
+    /// for the 8 sub-blocks of 32, 128 bytes of nibbles; weight `d·sc · q - dmin·mn`. A
+    /// sub-block's scale and minimum are products of two numbers, rounded here to half floats
+    /// (a relative error of at most 2⁻¹¹ on the scale, far below the 4-bit step).
+    Q4K,
 }
 
 impl Int4Source {
+    /// Weights per block of the file.
+    pub fn block_weights(self) -> usize {
+        match self {
+            Int4Source::Q4_0 | Int4Source::Q4_1 => 32,
+            Int4Source::Q4K => 256,
+        }
+    }
+
     pub fn block_bytes(self) -> usize {
         match self {
             Int4Source::Q4_0 => 18,
             Int4Source::Q4_1 => 20,
+            Int4Source::Q4K => 144,
+        }
+    }
+
+    /// The file block `block`'s sub-blocks of 32, each as (scale, minimum, nibbles in order).
+    fn sub_blocks(self, block: &[u8]) -> Vec<(f16, f16, [u8; BLOCK])> {
+        let half = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]);
+        // 16 bytes holding elements 0..16 in the low nibbles and 16..32 in the high ones.
+        let split = |bytes: &[u8]| std::array::from_fn(|e| (bytes[e % 16] >> (4 * (e / 16))) & 15);
+        match self {
+            Int4Source::Q4_0 => {
+                let d = half(0);
+                vec![(d, f16::from_f32(-8.0 * d.to_f32()), split(&block[2..18]))]
+            }
+            Int4Source::Q4_1 => vec![(half(0), half(2), split(&block[4..20]))],
+            Int4Source::Q4K => {
+                let (d, dmin) = (half(0).to_f32(), half(2).to_f32());
+                let (scales, qs) = (&block[4..16], &block[16..144]);
+                // ggml's `get_scale_min_k4`: 6-bit scale and minimum of sub-block j.
+                let scale_min = |j: usize| {
+                    if j < 4 {
+                        (scales[j] & 63, scales[j + 4] & 63)
+                    } else {
+                        (
+                            (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4),
+                            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
+                        )
+                    }
+                };
+                (0..8)
+                    .map(|j| {
+                        let (sc, mn) = scale_min(j);
+                        // Sub-blocks 2i and 2i + 1 share 32 bytes: low and high nibbles.
+                        let bytes = &qs[32 * (j / 2)..][..32];
+                        let nibbles = std::array::from_fn(|e| (bytes[e] >> (4 * (j % 2))) & 15);
+                        let scale = f16::from_f32(d * sc as f32);
+                        (scale, f16::from_f32(-(dmin * mn as f32)), nibbles)
+                    })
+                    .collect()
+            }
         }
     }
 }
 
 impl Int4Weight {
-    /// Packs a row-major `n × k` tensor stored as GGUF `source` blocks (`raw`, `k / 32` blocks
-    /// per row; in each block byte `i` holds element `i` in its low nibble and `i + 16` in its
-    /// high one). Panics if `raw` does not hold exactly that many blocks.
+    /// Packs a row-major `n × k` tensor stored as GGUF `source` blocks (`raw`, rows of
+    /// `k / source.block_weights()` blocks). Panics if `raw` does not hold exactly that many.
     pub fn from_gguf(source: Int4Source, raw: &[u8], n: usize, k: usize) -> Self {
-        assert!(
-            k.is_multiple_of(BLOCK),
-            "k = {k} is not a multiple of {BLOCK}"
-        );
-        let k_blocks = k / BLOCK;
-        let bytes = source.block_bytes();
+        let per = source.block_weights();
+        assert!(k.is_multiple_of(per), "k = {k} is not a multiple of {per}");
+        let (k_blocks, bytes) = (k / BLOCK, source.block_bytes());
         assert_eq!(
             raw.len(),
-            n * k_blocks * bytes,
+            n * (k / per) * bytes,
             "{source:?} data is not {n}x{k}"
         );
         let empty = Tile {
@@ -74,20 +124,16 @@ impl Int4Weight {
             mins: [f16::ZERO; TILE_N],
         };
         let mut tiles = vec![empty; n.div_ceil(TILE_N) * k_blocks];
-        for row in 0..n {
+        for (row, raw_row) in raw.chunks_exact((k / per) * bytes).enumerate() {
             let (t, r) = (row / TILE_N, row % TILE_N);
-            for kb in 0..k_blocks {
-                let block = &raw[(row * k_blocks + kb) * bytes..][..bytes];
-                let half = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]);
-                let d = half(0);
-                let (m, nibbles) = match source {
-                    Int4Source::Q4_0 => (f16::from_f32(-8.0 * d.to_f32()), &block[2..]),
-                    Int4Source::Q4_1 => (half(2), &block[4..]),
-                };
+            let subs = raw_row
+                .chunks_exact(bytes)
+                .flat_map(|b| source.sub_blocks(b));
+            for (kb, (scale, min, nibbles)) in subs.enumerate() {
                 let tile = &mut tiles[t * k_blocks + kb];
-                tile.scales[r] = d;
-                tile.mins[r] = m;
-                for (e, q) in (0..BLOCK).map(|e| (e, (nibbles[e % 16] >> (4 * (e / 16))) & 15)) {
+                tile.scales[r] = scale;
+                tile.mins[r] = min;
+                for (e, q) in nibbles.into_iter().enumerate() {
                     // Element e = 4g + j: groups 0..3 in the low nibbles, 4..7 in the high ones.
                     let (g, j) = (e / 4, e % 4);
                     tile.qs[g % 4][r * 4 + j] |= q << (4 * (g / 4));
@@ -168,22 +214,26 @@ pub(super) unsafe fn reference_tiles(
     out: *mut f32,
 ) {
     let (m, n, kbs) = (x.m, w.n, x.k_blocks);
+    // Each output is its blocks' sums in K order, as in every kernel; the loops run weight
+    // block by weight block so that a block's nibbles are unpacked once for all rows.
+    let mut acc = vec![0f32; m];
     for t in tiles {
-        for row in 0..m {
-            for r in 0..TILE_N.min(n - t * TILE_N) {
-                let mut acc = 0f32;
-                for kb in 0..kbs {
-                    let tile = &w.tiles[t * kbs + kb];
+        for r in 0..TILE_N.min(n - t * TILE_N) {
+            acc.fill(0.0);
+            for kb in 0..kbs {
+                let tile = &w.tiles[t * kbs + kb];
+                let q: [i32; BLOCK] =
+                    std::array::from_fn(|e| Int4Weight::nibble(tile, r, e) as i32);
+                let (d, min) = (tile.scales[r].to_f32(), tile.mins[r].to_f32());
+                for (row, acc) in acc.iter_mut().enumerate() {
                     let b = row * kbs + kb;
                     let a = &x.qs[b * BLOCK..(b + 1) * BLOCK];
-                    let mut dot = 0i32;
-                    for (e, &av) in a.iter().enumerate() {
-                        dot += Int4Weight::nibble(tile, r, e) as i32 * av as i32;
-                    }
-                    let scale = tile.scales[r].to_f32() * x.scales[b];
-                    acc = (dot as f32).mul_add(scale, acc);
-                    acc = tile.mins[r].to_f32().mul_add(x.sums[b], acc);
+                    let dot: i32 = a.iter().zip(&q).map(|(&a, &q)| a as i32 * q).sum();
+                    *acc = (dot as f32).mul_add(d * x.scales[b], *acc);
+                    *acc = min.mul_add(x.sums[b], *acc);
                 }
+            }
+            for (row, &acc) in acc.iter().enumerate() {
                 // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
                 // `m * n` the caller vouches for, and it is in one of this call's tiles.
                 unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
@@ -220,6 +270,7 @@ mod tests {
                     (f16::from_f32((hi - lo) / 15.0)),
                     f16::from_f32(lo).to_f32(),
                 ),
+                Int4Source::Q4K => unreachable!("Q4_K blocks come from ggml's quantizer"),
             };
             raw.extend(d.to_le_bytes());
             if source == Int4Source::Q4_1 {
@@ -243,6 +294,7 @@ mod tests {
         let dtype = match source {
             Int4Source::Q4_0 => GgmlDType::Q4_0,
             Int4Source::Q4_1 => GgmlDType::Q4_1,
+            Int4Source::Q4K => GgmlDType::Q4K,
         };
         let device = candle_core::Device::Cpu;
         let q = qtensor_from_ggml(dtype, raw, vec![n, k], &device).unwrap();
@@ -270,6 +322,68 @@ mod tests {
 
     const SOURCES: [Int4Source; 2] = [Int4Source::Q4_0, Int4Source::Q4_1];
 
+    /// Q4_K blocks as ggml's own quantizer (through candle) writes them, with ggml's
+    /// dequantization: the format's sub-block decoding is checked against both. `k` must be a
+    /// multiple of 256.
+    #[cfg(not(miri))]
+    fn ggml_q4k(data: &[f32], n: usize, k: usize) -> (Vec<u8>, Vec<f32>) {
+        use candle_core::quantized::{GgmlDType, QTensor};
+        let t = candle_core::Tensor::from_slice(data, (n, k), &candle_core::Device::Cpu).unwrap();
+        let raw = QTensor::quantize(&t, GgmlDType::Q4K)
+            .unwrap()
+            .data()
+            .unwrap()
+            .into_owned();
+        let exact = ggml_dequantized(&raw, n, k, Int4Source::Q4K);
+        (raw, exact)
+    }
+
+    /// Every row of `w` dequantizes to `exact` within `tol(value)`.
+    #[cfg(not(miri))]
+    fn assert_rows_dequantize_to(w: &Int4Weight, exact: &[f32], tol: impl Fn(f32) -> f32) {
+        let mut row = vec![0f32; w.k];
+        for r in 0..w.n {
+            w.dequantize_row(r, &mut row);
+            for (i, (&got, &want)) in row.iter().zip(&exact[r * w.k..]).enumerate() {
+                assert!(
+                    (got - want).abs() <= tol(want),
+                    "[{r}][{i}]: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn q4k_rows_dequantize_to_ggmls_values_within_the_half_float_scales() {
+        let (n, k) = (20, 512);
+        let (raw, exact) = ggml_q4k(&random(n * k, 6), n, k);
+        let w = Int4Weight::from_gguf(Int4Source::Q4K, &raw, n, k);
+        // The scale and minimum rounded to half floats: at most 2⁻¹¹ of each, so
+        // 2⁻¹¹ · (15 · scale + |min|) ≈ 2⁻¹¹ · 3 for weights in [-1, 1]. A sub-block decoded
+        // with another one's scale or nibbles is off by ~0.1 or more.
+        assert_rows_dequantize_to(&w, &exact, |_| 1.5e-3);
+    }
+
+    #[cfg(not(miri))]
+    #[test]
+    fn q4k_on_every_kernel_is_bit_identical_to_the_reference() {
+        for (m, n) in [(1, 40), (9, 48), (70, 16)] {
+            let k = 512;
+            let (raw, _) = ggml_q4k(&random(n * k, 7), n, k);
+            let w = PackedWeight::Int4(Int4Weight::from_gguf(Int4Source::Q4K, &raw, n, k));
+            let mut q = QuantizedRows::default();
+            q.quantize(&random(m * k, 8), m, k);
+            let mut slow = vec![0f32; m * n];
+            matmul_reference(&q, &w, &mut slow);
+            for kernel in Kernel::supported() {
+                let mut fast = vec![f32::NAN; m * n];
+                matmul_with(kernel, &q, &w, &mut fast);
+                assert_eq!(bits(&fast), bits(&slow), "{kernel} on Q4_K {m}x{n}x{k}");
+            }
+        }
+    }
+
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()
     }
@@ -290,20 +404,9 @@ mod tests {
             let raw = blocks(&random(n * k, 5), source);
             let exact = ggml_dequantized(&raw, n, k, source);
             let w = Int4Weight::from_gguf(source, &raw, n, k);
-            let mut row = vec![0f32; k];
-            for r in 0..n {
-                w.dequantize_row(r, &mut row);
-                for i in 0..k {
-                    // ggml computes `d · q + m` (or `d · (q - 8)`) in f32 as well; only the
-                    // order of the two roundings may differ.
-                    let want = exact[r * k + i];
-                    assert!(
-                        (row[i] - want).abs() <= 1e-6 * want.abs().max(1.0),
-                        "{source:?} [{r}][{i}]: {} vs {want}",
-                        row[i]
-                    );
-                }
-            }
+            // ggml computes `d · q + m` (or `d · (q - 8)`) in f32 as well; only the order of
+            // the two roundings may differ.
+            assert_rows_dequantize_to(&w, &exact, |want| 1e-6 * want.abs().max(1.0));
         }
     }
 

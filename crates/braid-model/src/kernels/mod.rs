@@ -8,7 +8,7 @@
 //!
 //! The module is organised by (instruction set × weight format). A weight format is a file that
 //! packs tiles of 16 output rows × 32 K values and holds the portable reference: int8 blocks
-//! ([`int8`], any GGUF type requantized) and 4-bit blocks ([`int4`], Q4_0 and Q4_1 as stored).
+//! ([`int8`], any GGUF type requantized) and 4-bit blocks ([`int4`], Q4_0, Q4_1 and Q4_K).
 //! An instruction set is a file (`avx512.rs`, `avx2.rs`, `neon.rs`) with one weight-stationary
 //! loop over tiles and rows, and one block function per format that says how a tile of that
 //! format meets the rows; [`PackedWeight`] dispatches on both. Float loops that the compiler vectorizes

@@ -2,8 +2,8 @@
 //! over all formats and kernels.
 //!
 //! Why more than one format: a decode step reads every weight once, so a single sequence is
-//! bound by the bytes the weights take. 4-bit tensors (Q4_0, Q4_1) keep their 4 bits and their
-//! own scales ([`Int4Weight`], 0.625 bytes per weight); everything else is requantized to int8
+//! bound by the bytes the weights take. 4-bit tensors (Q4_0, Q4_1, Q4_K) keep their 4 bits and
+//! their own scales ([`Int4Weight`], 0.625 bytes per weight); everything else is requantized to int8
 //! blocks ([`Int8Weight`], 1.125 bytes per weight). Both formats share the tile shape (16 output
 //! rows × 32 K values), the activations ([`QuantizedRows`]) and the way a matmul is split over
 //! the cores, so each kernel file adds only how one block of a format meets the rows.
