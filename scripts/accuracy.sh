@@ -14,7 +14,7 @@ BRAID=${BRAID:-target/release/braid}
 THREADS=${THREADS:-2}
 CACHE=${ACCURACY_CACHE:-$HOME/.cache/braid-accuracy}
 NAME=$(basename "$MODEL" .gguf)
-EXACT="$CACHE/${NAME%.*}.F32.gguf"
+EXACT="$CACHE/$NAME.F32.gguf"
 OUT=docs/accuracy
 mkdir -p "$CACHE" "$OUT"
 [ -x "$BRAID" ] || cargo build --release
