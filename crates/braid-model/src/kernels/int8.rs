@@ -111,9 +111,9 @@ pub(super) unsafe fn tiles_with(
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => super::avx2::matmul_tiles_avx2(x, &w.tiles, w.n, tiles, out),
             #[cfg(target_arch = "aarch64")]
-            Kernel::NeonI8mm => super::neon::matmul_tiles_i8mm(x, w, tiles, out),
+            Kernel::NeonI8mm => super::neon::matmul_tiles_i8mm(x, &w.tiles, w.n, tiles, out),
             #[cfg(target_arch = "aarch64")]
-            Kernel::Neon => super::neon::matmul_tiles_dotprod(x, w, tiles, out),
+            Kernel::Neon => super::neon::matmul_tiles_dotprod(x, &w.tiles, w.n, tiles, out),
             _ => reference_tiles(x, w, tiles, out),
         }
     }

@@ -40,36 +40,6 @@ const MB: usize = 64;
 /// Output rows per vector of four 32-bit sums: a tile is four of them.
 const QUARTER: usize = TILE_N / 4;
 
-/// What the kernels read of a weight matrix, whatever its format: each format's `tiles_with`
-/// passes its weight as it is.
-pub(super) trait Weight {
-    type Tile: Block;
-    /// The tiles, `[n_tiles][k_blocks]`.
-    fn tiles(&self) -> &[Self::Tile];
-    /// Outputs (columns of the product).
-    fn n(&self) -> usize;
-}
-
-impl Weight for int8::Int8Weight {
-    type Tile = int8::Tile;
-    fn tiles(&self) -> &[int8::Tile] {
-        &self.tiles
-    }
-    fn n(&self) -> usize {
-        self.n
-    }
-}
-
-impl Weight for int4::Int4Weight {
-    type Tile = int4::Tile;
-    fn tiles(&self) -> &[int4::Tile] {
-        &self.tiles
-    }
-    fn n(&self) -> usize {
-        self.n
-    }
-}
-
 /// How one block of a weight format's tile meets rows of activations: the exact integer dot
 /// products (`sdot` or `smmla`), and what the float epilogue takes from the tile.
 pub(super) trait Block {
@@ -118,14 +88,15 @@ pub(super) trait Block {
 /// `x.rows() * w.n()` floats, and no one else may read or write the elements this call writes
 /// until it returns.
 #[target_feature(enable = "neon,dotprod")]
-pub(super) unsafe fn matmul_tiles_dotprod<W: Weight>(
+pub(super) unsafe fn matmul_tiles_dotprod<T: Block>(
     x: &QuantizedRows,
-    w: &W,
+    weights: &[T],
+    n: usize,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: the features `sdot` needs are enabled; `out` is the caller's.
-    unsafe { matmul_tiles::<false, W::Tile>(x, w.tiles(), w.n(), tiles, out) }
+    unsafe { matmul_tiles::<false, T>(x, weights, n, tiles, out) }
 }
 
 /// The i8mm kernel: as [`matmul_tiles_dotprod`], with `smmla` for pairs of rows.
@@ -135,14 +106,15 @@ pub(super) unsafe fn matmul_tiles_dotprod<W: Weight>(
 /// As for [`matmul_tiles_dotprod`], and the CPU must support the int8 matrix multiply
 /// extension (i8mm).
 #[target_feature(enable = "neon,dotprod,i8mm")]
-pub(super) unsafe fn matmul_tiles_i8mm<W: Weight>(
+pub(super) unsafe fn matmul_tiles_i8mm<T: Block>(
     x: &QuantizedRows,
-    w: &W,
+    weights: &[T],
+    n: usize,
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
     // SAFETY: the features `smmla` and `sdot` need are enabled; `out` is the caller's.
-    unsafe { matmul_tiles::<true, W::Tile>(x, w.tiles(), w.n(), tiles, out) }
+    unsafe { matmul_tiles::<true, T>(x, weights, n, tiles, out) }
 }
 
 /// # Safety
