@@ -8,6 +8,8 @@
 #   2. With LLAMA_SERVER_AVX2=path/to/llama-server built for AVX2 without AVX-512 (see
 #      docs/PERFORMANCE.md for its flags): `braid bench scaling` at c=1 and c=16 against braid
 #      forced to avx2 and against that llama-server, same GGUF, same threads, same client.
+#      With LLAMA_SERVER=path/to/llama-server built for this CPU: the same, braid with the
+#      kernel it picks against that one.
 # Output: docs/benchmarks/<date>-kernels/ (raw JSON, and summary.md with medians).
 # Usage: [KERNELS="k1 k2"] scripts/bench-kernels.sh [ROUNDS]   (default 5; every supported kernel)
 set -euo pipefail
@@ -30,6 +32,7 @@ kernels=${KERNELS:-$("$BRAID" info --json --model "$MODEL" | python3 -c 'import 
   echo "long context: $LONG_CONTEXT"
   [ -n "${BASELINE_BRAID:-}" ] && echo "baseline: $BASELINE_BRAID"
   [ -n "${LLAMA_SERVER_AVX2:-}" ] && echo "llama-server (AVX2): $LLAMA_SERVER_AVX2"
+  [ -n "${LLAMA_SERVER:-}" ] && echo "llama-server (native): $LLAMA_SERVER"
   echo "load at start: $(cat /proc/loadavg)"
 } >"$OUT/machine.txt"
 
@@ -71,6 +74,12 @@ if [ -n "${LLAMA_SERVER_AVX2:-}" ]; then
   mkdir -p "$OUT/braid-avx2" "$OUT/llama.cpp-avx2"
   served braid-avx2 env BRAID_KERNEL=avx2 "$BRAID" serve --port "$PORT" --model "$MODEL" --threads "$THREADS"
   served llama.cpp-avx2 "$LLAMA_SERVER_AVX2" -m "$MODEL" -t "$THREADS" -np 16 -c 32768 --no-cache-prompt --host 127.0.0.1 --port "$PORT"
+fi
+if [ -n "${LLAMA_SERVER:-}" ]; then
+  echo "== served: braid with the kernel it picks against llama.cpp built for this CPU" >&2
+  mkdir -p "$OUT/braid-best" "$OUT/llama.cpp-native"
+  served braid-best "$BRAID" serve --port "$PORT" --model "$MODEL" --threads "$THREADS"
+  served llama.cpp-native "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -np 16 -c 32768 --no-cache-prompt --host 127.0.0.1 --port "$PORT"
 fi
 echo "load at end: $(cat /proc/loadavg)" >>"$OUT/machine.txt"
 python3 scripts/summarize-kernels.py "$OUT" | tee "$OUT/summary.md"

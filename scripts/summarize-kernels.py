@@ -22,9 +22,13 @@ def rates(report: dict) -> dict:
 
 def main(folder: Path):
     runs: dict[str, list[dict]] = {}
+    peaks: dict[str, list[dict]] = {}
     for f in sorted(folder.glob("engine-*-*.json")):
         name = f.stem.rsplit("-", 1)[0].removeprefix("engine-")
-        runs.setdefault(name, []).append(rates(json.loads(f.read_text())))
+        report = json.loads(f.read_text())
+        runs.setdefault(name, []).append(rates(report))
+        if report.get("int8_peak_gops"):
+            peaks.setdefault(name, []).append(report)
     machine = (folder / "machine.txt").read_text() if (folder / "machine.txt").exists() else ""
     print(f"# Kernels side by side: {folder.name}\n\n```\n{machine.strip()}\n```\n")
     if runs:
@@ -46,6 +50,13 @@ def main(folder: Path):
             label = "baseline: BASELINE_BRAID, avx512vnni" if k == "baseline" else k
             print(f"| {label} | " + " | ".join(cells) + " |")
         print()
+        for k, reports in peaks.items():
+            if reports:
+                peak = statistics.median(r["int8_peak_gops"] for r in reports)
+                frac = statistics.median(r["prefill_fraction_of_peak"] for r in reports)
+                print(f"- {k}: int8 peak {peak:.0f} GOP/s (its multiply-add instruction from registers, all threads); prefill at {100 * frac:.1f}% of it")
+        if any(peaks.values()):
+            print()
     long: dict[str, list[dict]] = {}
     for f in sorted(folder.glob("long-*-*.json")):
         name = f.stem.rsplit("-", 1)[0].removeprefix("long-")
@@ -72,16 +83,22 @@ def main(folder: Path):
             label = "baseline: BASELINE_BRAID, avx512vnni" if k == "baseline" else k
             print(f"| {label} | " + " | ".join(cells) + " |")
         print()
-    served = {}
-    for label in ("braid-avx2", "llama.cpp-avx2"):
-        f = folder / label / "scaling.json"
-        if f.exists():
-            served[label] = {g["concurrency"]: g["aggregate"] for g in json.loads(f.read_text())["groups"]}
-    if len(served) == 2:
+    pairs = [
+        ("braid-avx2", "llama.cpp-avx2", "braid, avx2 kernel", "llama.cpp, AVX2 build"),
+        ("braid-best", "llama.cpp-native", "braid, its fastest kernel", "llama.cpp, native build"),
+    ]
+    for ours, theirs, our_name, their_name in pairs:
+        served = {}
+        for label in (ours, theirs):
+            f = folder / label / "scaling.json"
+            if f.exists():
+                served[label] = {g["concurrency"]: g["aggregate"] for g in json.loads(f.read_text())["groups"]}
+        if len(served) < 2:
+            continue
         print("Served (`braid bench scaling`, prompt 24 tokens, 64 output tokens), output tokens/s and ITL p50:\n")
-        print("| concurrency | braid, avx2 kernel | llama.cpp, AVX2 build | braid ÷ llama.cpp |")
+        print(f"| concurrency | {our_name} | {their_name} | braid ÷ llama.cpp |")
         print("|---|---|---|---|")
-        b, l = served["braid-avx2"], served["llama.cpp-avx2"]
+        b, l = served[ours], served[theirs]
         for c in sorted(b):
             if c in l:
                 bt, lt = b[c]["throughput_tok_s"], l[c]["throughput_tok_s"]

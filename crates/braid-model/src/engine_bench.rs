@@ -32,6 +32,11 @@ pub struct EngineBenchReport {
     pub threads: usize,
     pub weight_bytes: usize,
     pub prefill_tokens_per_sec: f64,
+    /// The kernel's multiply-add instruction from registers on every thread (GOP/s).
+    pub int8_peak_gops: Option<f64>,
+    /// Prefill's integer operations per second (two per multiply-add of the layers) over
+    /// `int8_peak_gops`.
+    pub prefill_fraction_of_peak: Option<f64>,
     /// (sequences, aggregate tokens/s, step time median ms)
     pub decode: Vec<(usize, f64, f64)>,
 }
@@ -114,7 +119,6 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         }
         let toks: Vec<u32> = (0..n).map(token).collect();
         let mut steps = Vec::new();
-        let mut rates = Vec::new();
         let t0 = Instant::now();
         for step in 0..opts.decode_steps {
             let entries: Vec<BatchEntry> = (0..n)
@@ -129,17 +133,22 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
             m.model.forward(&entries, &mut kv, &mut ws)?;
             let dt = t.elapsed().as_secs_f64();
             steps.push(dt * 1e3);
-            rates.push(n as f64 / dt);
         }
         let wall = t0.elapsed().as_secs_f64();
         decode.push(((n), (n * opts.decode_steps) as f64 / wall, median(steps)));
-        let _ = rates;
     }
+    let prefill_tokens_per_sec = median(prefill);
+    let kernel = crate::kernels::active();
+    let int8_peak_gops = crate::kernels::peak::int8_peak_gops(kernel, 20_000_000);
+    let prefill_gops =
+        prefill_tokens_per_sec * 2.0 * m.model.weights.layer_multiply_adds() as f64 / 1e9;
     Ok(EngineBenchReport {
-        kernel: crate::kernels::active().name(),
+        kernel: kernel.name(),
         threads: rayon::current_num_threads(),
         weight_bytes: m.model.weights.size_in_bytes(),
-        prefill_tokens_per_sec: median(prefill),
+        prefill_tokens_per_sec,
+        int8_peak_gops,
+        prefill_fraction_of_peak: int8_peak_gops.map(|peak| prefill_gops / peak),
         decode,
     })
 }
@@ -158,6 +167,13 @@ impl std::fmt::Display for EngineBenchReport {
             "prefill (one prompt)        {:8.1} tokens/s",
             self.prefill_tokens_per_sec
         )?;
+        if let (Some(peak), Some(fraction)) = (self.int8_peak_gops, self.prefill_fraction_of_peak) {
+            writeln!(
+                f,
+                "                            {:8.1}% of the {peak:.0} GOP/s int8 peak ({} from registers)",
+                100.0 * fraction, self.kernel
+            )?;
+        }
         for (n, rate, step) in &self.decode {
             writeln!(
                 f,

@@ -52,6 +52,16 @@ impl Weights {
         self.packed().map(PackedWeight::size_in_bytes).sum()
     }
 
+    /// Multiply-adds of the layers' matmuls per token (the output layer runs only for sampled
+    /// rows, so a prompt token does not pay it).
+    pub fn layer_multiply_adds(&self) -> usize {
+        let layers = self.layers.iter();
+        layers
+            .flat_map(|l| [&l.qkv, &l.attn_out, &l.gate_up, &l.down])
+            .map(|w| w.n() * w.k())
+            .sum()
+    }
+
     /// Bytes per weight format (`int4`, `int8`), for reports: which layers stayed 4-bit.
     pub fn bytes_by_format(&self) -> std::collections::BTreeMap<&'static str, usize> {
         let mut by = std::collections::BTreeMap::new();

@@ -30,6 +30,7 @@ mod lanes;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod packed_weight;
+pub mod peak;
 mod quantized_rows;
 
 pub use int4::{Int4Source, Int4Weight};
