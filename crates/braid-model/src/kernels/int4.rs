@@ -15,7 +15,7 @@
 //! `d_w · d_x · Σ q_w q_x + m_w · (d_x · Σ q_x)`: an exact integer sum, then two fused
 //! multiply-adds whose order every kernel keeps, so every path writes the same bits.
 
-use super::{Kernel, QuantizedRows, BLOCK, TILE_N};
+use super::{QuantizedRows, BLOCK, TILE_N};
 use half::f16;
 
 /// One block of 32 K values for 16 output rows, two weights per byte (see the module docs).
@@ -170,73 +170,40 @@ impl Int4Weight {
     }
 }
 
-/// The tiles `tiles` of the product, with `kernel`: writes what [`reference_tiles`] writes.
-///
-/// # Safety
-///
-/// The CPU must have `kernel`'s features, and `out` must be as [`reference_tiles`] requires.
-pub(super) unsafe fn tiles_with(
-    kernel: Kernel,
-    x: &QuantizedRows,
-    w: &Int4Weight,
-    tiles: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    // SAFETY: (every arm) the caller vouches for the CPU features and for `out`.
-    unsafe {
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => super::avx512::matmul_tiles(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni => super::avx2::matmul_tiles_avxvnni(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => super::avx2::matmul_tiles_avx2(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "aarch64")]
-            Kernel::NeonI8mm => super::neon::matmul_tiles_i8mm(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "aarch64")]
-            Kernel::Neon => super::neon::matmul_tiles_dotprod(x, &w.tiles, w.n, tiles, out),
-            _ => reference_tiles(x, w, tiles, out),
-        }
-    }
-}
-
-/// Writes `out[row * n + col]` for every row and every column `col` of the tiles `tiles` (the
-/// 16 columns from `16 · tile`, fewer in a last partial tile), and nothing else.
-///
-/// # Safety
-///
-/// `out` must be valid for writes of `x.rows() * w.n` floats, and no one else may read or
-/// write the elements this call writes until it returns.
-pub(super) unsafe fn reference_tiles(
-    x: &QuantizedRows,
-    w: &Int4Weight,
-    tiles: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    let (m, n, kbs) = (x.m, w.n, x.k_blocks);
-    // Each output is its blocks' sums in K order, as in every kernel; the loops run weight
-    // block by weight block so that a block's nibbles are unpacked once for all rows.
-    let mut acc = vec![0f32; m];
-    for t in tiles {
-        for r in 0..TILE_N.min(n - t * TILE_N) {
-            acc.fill(0.0);
-            for kb in 0..kbs {
-                let tile = &w.tiles[t * kbs + kb];
-                let q: [i32; BLOCK] =
-                    std::array::from_fn(|e| Int4Weight::nibble(tile, r, e) as i32);
-                let (d, min) = (tile.scales[r].to_f32(), tile.mins[r].to_f32());
-                for (row, acc) in acc.iter_mut().enumerate() {
-                    let b = row * kbs + kb;
-                    let a = &x.qs[b * BLOCK..(b + 1) * BLOCK];
-                    let dot: i32 = a.iter().zip(&q).map(|(&a, &q)| a as i32 * q).sum();
-                    *acc = (dot as f32).mul_add(d * x.scales[b], *acc);
-                    *acc = min.mul_add(x.sums[b], *acc);
+/// The portable reference: every kernel's arithmetic, one element at a time.
+impl super::packed_weight::FormatTile for Tile {
+    unsafe fn reference_tiles(
+        x: &QuantizedRows,
+        weights: &[Tile],
+        n: usize,
+        tiles: std::ops::Range<usize>,
+        out: *mut f32,
+    ) {
+        let (m, kbs) = (x.m, x.k_blocks);
+        // Each output is its blocks' sums in K order, as in every kernel; the loops run weight
+        // block by weight block so that a block's nibbles are unpacked once for all rows.
+        let mut acc = vec![0f32; m];
+        for t in tiles {
+            for r in 0..TILE_N.min(n - t * TILE_N) {
+                acc.fill(0.0);
+                for kb in 0..kbs {
+                    let tile = &weights[t * kbs + kb];
+                    let q: [i32; BLOCK] =
+                        std::array::from_fn(|e| Int4Weight::nibble(tile, r, e) as i32);
+                    let (d, min) = (tile.scales[r].to_f32(), tile.mins[r].to_f32());
+                    for (row, acc) in acc.iter_mut().enumerate() {
+                        let b = row * kbs + kb;
+                        let a = &x.qs[b * BLOCK..(b + 1) * BLOCK];
+                        let dot: i32 = a.iter().zip(&q).map(|(&a, &q)| a as i32 * q).sum();
+                        *acc = (dot as f32).mul_add(d * x.scales[b], *acc);
+                        *acc = min.mul_add(x.sums[b], *acc);
+                    }
                 }
-            }
-            for (row, &acc) in acc.iter().enumerate() {
-                // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
-                // `m * n` the caller vouches for, and it is in one of this call's tiles.
-                unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
+                for (row, &acc) in acc.iter().enumerate() {
+                    // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
+                    // `m * n` the caller vouches for, and it is in one of this call's tiles.
+                    unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
+                }
             }
         }
     }
@@ -245,7 +212,7 @@ pub(super) unsafe fn reference_tiles(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{matmul_reference, matmul_with, PackedWeight};
+    use crate::kernels::{matmul_reference, matmul_with, Kernel, PackedWeight};
     use rand::{Rng, SeedableRng};
 
     fn random(len: usize, seed: u64) -> Vec<f32> {

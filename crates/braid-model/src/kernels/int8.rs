@@ -17,7 +17,7 @@
 //! `reference_tiles` is the portable path, used where no vector kernel runs and as the tests'
 //! oracle.
 
-use super::{Kernel, QuantizedRows, BLOCK, TILE_N};
+use super::{QuantizedRows, BLOCK, TILE_N};
 use half::f16;
 
 /// One block of 32 K values for 16 output rows: `qs[g][r][j]` holds weight (row r, k = 4g + j) + 128.
@@ -89,67 +89,34 @@ impl Int8Weight {
     }
 }
 
-/// The tiles `tiles` of the product, with `kernel`: writes what [`reference_tiles`] writes.
-///
-/// # Safety
-///
-/// The CPU must have `kernel`'s features, and `out` must be as [`reference_tiles`] requires.
-pub(super) unsafe fn tiles_with(
-    kernel: Kernel,
-    x: &QuantizedRows,
-    w: &Int8Weight,
-    tiles: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    // SAFETY: (every arm) the caller vouches for the CPU features and for `out`.
-    unsafe {
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => super::avx512::matmul_tiles(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni => super::avx2::matmul_tiles_avxvnni(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => super::avx2::matmul_tiles_avx2(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "aarch64")]
-            Kernel::NeonI8mm => super::neon::matmul_tiles_i8mm(x, &w.tiles, w.n, tiles, out),
-            #[cfg(target_arch = "aarch64")]
-            Kernel::Neon => super::neon::matmul_tiles_dotprod(x, &w.tiles, w.n, tiles, out),
-            _ => reference_tiles(x, w, tiles, out),
-        }
-    }
-}
-
-/// Writes `out[row * n + col]` for every row and every column `col` of the tiles `tiles` (the
-/// 16 columns from `16 · tile`, fewer in a last partial tile), and nothing else.
-///
-/// # Safety
-///
-/// `out` must be valid for writes of `x.rows() * w.n()` floats, and no one else may read or
-/// write the elements this call writes until it returns.
-pub(super) unsafe fn reference_tiles(
-    x: &QuantizedRows,
-    w: &Int8Weight,
-    tiles: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    let (m, n, kbs) = (x.m, w.n, x.k_blocks);
-    for t in tiles {
-        for row in 0..m {
-            for r in 0..TILE_N.min(n - t * TILE_N) {
-                let mut acc = 0f32;
-                for kb in 0..kbs {
-                    let tile = &w.tiles[t * kbs + kb];
-                    let a = &x.qs[(row * kbs + kb) * BLOCK..(row * kbs + kb + 1) * BLOCK];
-                    let mut dot = 0i32;
-                    for (i, &av) in a.iter().enumerate() {
-                        dot += tile.qs[i / 4][r * 4 + i % 4] as i32 * av as i32;
+/// The portable reference: every kernel's arithmetic, one element at a time.
+impl super::packed_weight::FormatTile for Tile {
+    unsafe fn reference_tiles(
+        x: &QuantizedRows,
+        weights: &[Tile],
+        n: usize,
+        tiles: std::ops::Range<usize>,
+        out: *mut f32,
+    ) {
+        let (m, kbs) = (x.m, x.k_blocks);
+        for t in tiles {
+            for row in 0..m {
+                for r in 0..TILE_N.min(n - t * TILE_N) {
+                    let mut acc = 0f32;
+                    for kb in 0..kbs {
+                        let tile = &weights[t * kbs + kb];
+                        let a = &x.qs[(row * kbs + kb) * BLOCK..(row * kbs + kb + 1) * BLOCK];
+                        let mut dot = 0i32;
+                        for (i, &av) in a.iter().enumerate() {
+                            dot += tile.qs[i / 4][r * 4 + i % 4] as i32 * av as i32;
+                        }
+                        let scale = tile.scales[r].to_f32() * x.scales[row * kbs + kb];
+                        acc = ((dot - x.corrections[row * kbs + kb]) as f32).mul_add(scale, acc);
                     }
-                    let scale = tile.scales[r].to_f32() * x.scales[row * kbs + kb];
-                    acc = ((dot - x.corrections[row * kbs + kb]) as f32).mul_add(scale, acc);
+                    // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
+                    // `m * n` the caller vouches for, and it is in one of this call's tiles.
+                    unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
                 }
-                // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
-                // `m * n` the caller vouches for, and it is in one of this call's tiles.
-                unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
             }
         }
     }
@@ -158,7 +125,7 @@ pub(super) unsafe fn reference_tiles(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{matmul_reference, matmul_with, PackedWeight};
+    use crate::kernels::{matmul_reference, matmul_with, Kernel, PackedWeight};
     use rand::{Rng, SeedableRng};
 
     fn random(len: usize, seed: u64) -> Vec<f32> {

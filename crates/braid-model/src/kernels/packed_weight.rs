@@ -98,8 +98,8 @@ pub fn matmul_with(kernel: Kernel, x: &QuantizedRows, w: &PackedWeight, out: &mu
         // two tasks or read by any.
         unsafe {
             match w {
-                PackedWeight::Int8(w) => super::int8::tiles_with(kernel, x, w, tiles, out.get()),
-                PackedWeight::Int4(w) => super::int4::tiles_with(kernel, x, w, tiles, out.get()),
+                PackedWeight::Int8(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
+                PackedWeight::Int4(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
             }
         }
     });
@@ -114,8 +114,78 @@ pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
     // reads or writes it meanwhile.
     unsafe {
         match w {
-            PackedWeight::Int8(w) => super::int8::reference_tiles(x, w, tiles, out.as_mut_ptr()),
-            PackedWeight::Int4(w) => super::int4::reference_tiles(x, w, tiles, out.as_mut_ptr()),
+            PackedWeight::Int8(w) => {
+                FormatTile::reference_tiles(x, &w.tiles, w.n, tiles, out.as_mut_ptr())
+            }
+            PackedWeight::Int4(w) => {
+                FormatTile::reference_tiles(x, &w.tiles, w.n, tiles, out.as_mut_ptr())
+            }
+        }
+    }
+}
+
+/// A weight format's tile, as the one dispatcher below takes it: a block function for each
+/// instruction set of this architecture (each ISA file's `Block`), and the portable reference.
+pub(super) trait FormatTile: Sized + IsaBlocks {
+    /// Writes `out[row * n + col]` for every row of `x` and every column `col` of the tiles
+    /// `tiles` of `weights` (`[n_tiles][k_blocks]`; the 16 columns from `16 · tile`, fewer in a
+    /// last partial tile), and nothing else.
+    ///
+    /// # Safety
+    ///
+    /// `out` must be valid for writes of `x.rows() * n` floats, and no one else may read or
+    /// write the elements this call writes until it returns.
+    unsafe fn reference_tiles(
+        x: &QuantizedRows,
+        weights: &[Self],
+        n: usize,
+        tiles: std::ops::Range<usize>,
+        out: *mut f32,
+    );
+}
+
+/// The block functions a tile needs on this architecture.
+#[cfg(target_arch = "x86_64")]
+pub(super) trait IsaBlocks: super::avx512::Block + super::avx2::Block {}
+#[cfg(target_arch = "x86_64")]
+impl<T: super::avx512::Block + super::avx2::Block> IsaBlocks for T {}
+#[cfg(target_arch = "aarch64")]
+pub(super) trait IsaBlocks: super::neon::Block {}
+#[cfg(target_arch = "aarch64")]
+impl<T: super::neon::Block> IsaBlocks for T {}
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub(super) trait IsaBlocks {}
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+impl<T> IsaBlocks for T {}
+
+/// The tiles `tiles` of the product of `x` with `weights` (`n` outputs), with `kernel`: writes
+/// what the format's `reference_tiles` writes, with the same values.
+///
+/// # Safety
+///
+/// The CPU must have `kernel`'s features, and `out` must be as `reference_tiles` requires.
+unsafe fn tiles_with<T: FormatTile>(
+    kernel: Kernel,
+    x: &QuantizedRows,
+    weights: &[T],
+    n: usize,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: (every arm) the caller vouches for the CPU features and for `out`.
+    unsafe {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Vnni => super::avx512::matmul_tiles(x, weights, n, tiles, out),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::AvxVnni => super::avx2::matmul_tiles_avxvnni(x, weights, n, tiles, out),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => super::avx2::matmul_tiles_avx2(x, weights, n, tiles, out),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::NeonI8mm => super::neon::matmul_tiles_i8mm(x, weights, n, tiles, out),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => super::neon::matmul_tiles_dotprod(x, weights, n, tiles, out),
+            _ => T::reference_tiles(x, weights, n, tiles, out),
         }
     }
 }
