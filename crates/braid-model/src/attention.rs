@@ -53,6 +53,9 @@ pub struct GroupTask<'a> {
     /// partition) and the task writes its partitions' entries there, for [`combine`] to merge;
     /// otherwise `out(row, head)` is the output vector.
     pub split: bool,
+    /// Sliding-window layers: a row at position `p` sees only the keys after `p - window`.
+    /// Blocks wholly before a row's window are not read for it.
+    pub window: Option<usize>,
 }
 
 /// Per-thread buffers: every (row, head)'s scores over one partition, and its partials.
@@ -203,6 +206,21 @@ unsafe fn attend<L: Lanes, Q, O>(
     let part_len = PART_BLOCKS * bs;
     let parts = task.parts.start..task.parts.end.min(parts_for(last_pos, bs));
     let (np, plen) = (parts.len(), partial_len(d));
+    // The first key position row `row` sees, and the rows that see some of block `b`: those
+    // from `first_row(b)` (whose position reaches the block) to `end_row(b)` (whose window
+    // has not yet passed it).
+    let row_lo = |row: usize| {
+        task.window
+            .map_or(0, |w| (task.start + row + 1).saturating_sub(w))
+    };
+    let end_row = |b: usize| {
+        task.window
+            .and_then(|w| w.checked_add((b + 1) * bs))
+            .map_or(task.rows, |x| {
+                x.saturating_sub(task.start + 1).min(task.rows)
+            })
+    };
+    let first_block = row_lo(0) / bs;
     s.scores.resize(task.rows * g * part_len, 0.0);
     s.partials.resize(task.rows * g * np * plen, 0.0);
     // Called only with `row < task.rows` and `head < g`, and no slice from either closure is
@@ -221,14 +239,15 @@ unsafe fn attend<L: Lanes, Q, O>(
     };
 
     for (pi, p) in parts.clone().enumerate() {
-        let blocks = p * PART_BLOCKS..((p + 1) * PART_BLOCKS).min(last_pos / bs + 1);
+        let blocks =
+            (p * PART_BLOCKS).max(first_block)..((p + 1) * PART_BLOCKS).min(last_pos / bs + 1);
         for b in blocks.clone() {
             let (keys, _) = pool.block(task.layer, task.block_table[b], task.kv_head);
             if let Some((keys, _)) = next(b) {
                 prefetch(keys);
             }
             let at = (b - p * PART_BLOCKS) * bs;
-            for row in first_row(b)..task.rows {
+            for row in first_row(b)..end_row(b) {
                 for head in 0..g {
                     let qv = query(row, head);
                     let n = visible(b, row);
@@ -251,11 +270,13 @@ unsafe fn attend<L: Lanes, Q, O>(
                 let seen = (task.start + row + 1)
                     .saturating_sub(p * part_len)
                     .min(part_len);
-                if seen == 0 {
+                // ...and none before the row's window.
+                let lo = row_lo(row).saturating_sub(p * part_len);
+                if lo >= seen {
                     partial[..2].copy_from_slice(&[f32::NEG_INFINITY, 0.0]);
                     continue;
                 }
-                let scores = &mut s.scores[(row * g + head) * part_len..][..seen];
+                let scores = &mut s.scores[(row * g + head) * part_len..][lo..seen];
                 let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
                 let sum = exp_shifted_in_place(scores, max);
                 partial[..2].copy_from_slice(&[max, sum]);
@@ -267,12 +288,17 @@ unsafe fn attend<L: Lanes, Q, O>(
                 prefetch(values);
             }
             let at = (b - p * PART_BLOCKS) * bs;
-            for row in first_row(b)..task.rows {
+            for row in first_row(b)..end_row(b) {
+                // Keys of the block before the row's window.
+                let skip = row_lo(row).saturating_sub(b * bs);
                 for head in 0..g {
-                    let weights = &s.scores[(row * g + head) * part_len + at..][..visible(b, row)];
+                    let weights =
+                        &s.scores[(row * g + head) * part_len + at..][skip..visible(b, row)];
                     let partial = &mut s.partials[((row * g + head) * np + pi) * plen..][..plen];
                     // SAFETY: our caller vouches for `L`'s features.
-                    unsafe { weighted_sum_into::<L>(&mut partial[2..], weights, values) };
+                    unsafe {
+                        weighted_sum_into::<L>(&mut partial[2..], weights, &values[skip * d..])
+                    };
                 }
             }
         }
@@ -429,19 +455,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     fn config() -> ModelConfig {
-        ModelConfig {
-            name: "t".into(),
-            num_layers: 1,
-            hidden: 64,
-            ffn: 64,
-            num_heads: 4,
-            num_kv_heads: 2,
-            head_dim: 16,
-            vocab_size: 8,
-            context_length: 256,
-            rope_base: 1e4,
-            rms_eps: 1e-5,
-        }
+        ModelConfig::llama(64, 64, 4, 2, 256)
     }
 
     /// Plain two-pass softmax attention, one row and head at a time.
@@ -478,6 +492,18 @@ mod tests {
 
     #[test]
     fn matches_two_pass_softmax_and_ignores_tiling() {
+        check_attention(None);
+    }
+
+    /// Windows inside one block, across blocks, and across key partitions.
+    #[test]
+    fn sliding_windows_see_only_their_keys_and_ignore_tiling() {
+        for window in [5, 40, 300] {
+            check_attention(Some(window));
+        }
+    }
+
+    fn check_attention(window: Option<usize>) {
         let cfg = config();
         // A shorter context under Miri, which runs the full one too slowly: still three
         // blocks, but one key partition. Otherwise three partitions, the last one partial.
@@ -526,6 +552,7 @@ mod tests {
                 group: 2,
                 parts,
                 split,
+                window,
             };
             // SAFETY: `queries` holds `ctx` rows of 4 heads; the callers' `out` gives each
             // (row, head) its own region of a buffer that outlives the call.
@@ -584,14 +611,18 @@ mod tests {
         {
             for head in 0..4 {
                 let kv = head / 2;
+                let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
                 let want = naive(
-                    &keys[kv][..=pos],
-                    &values[kv][..=pos],
+                    &keys[kv][lo..=pos],
+                    &values[kv][lo..=pos],
                     &queries[(pos * 4 + head) * d..][..d],
                 );
                 let got = &whole[(pos * 4 + head) * d..][..d];
                 for (a, b) in got.iter().zip(&want) {
-                    assert!((a - b).abs() < 1e-5, "pos {pos} head {head}: {a} vs {b}");
+                    assert!(
+                        (a - b).abs() < 1e-5,
+                        "window {window:?} pos {pos} head {head}: {a} vs {b}"
+                    );
                 }
             }
         }

@@ -1,23 +1,100 @@
-//! The model's shape, read from GGUF metadata, so braid runs any llama-architecture GGUF and
-//! not only the default model.
+//! The model's shape and its architecture's pieces, read from GGUF metadata.
+//!
+//! The families braid runs (llama, qwen2, qwen3, gemma3) are one transformer that differs in a
+//! handful of places: biases on Q/K/V, RMSNorm on each query and key head, norms after
+//! attention and the MLP, the activation, how rope pairs dimensions, and sliding-window layers.
+//! Each difference is a field here, set from the architecture and the metadata, so the forward
+//! is written once and reads the fields instead of being copied per family.
 
 use crate::error::{ModelError, Result};
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::path::Path;
 
+/// The architectures braid runs, by their GGUF `general.architecture` name.
+pub const SUPPORTED_ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma3,
+}
+
+impl Architecture {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+            Self::Gemma3 => "gemma3",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "llama" => Self::Llama,
+            "qwen2" => Self::Qwen2,
+            "qwen3" => Self::Qwen3,
+            "gemma3" => Self::Gemma3,
+            _ => return None,
+        })
+    }
+}
+
+/// Which dimensions rope rotates together. llama.cpp's converter permutes llama's Q and K so
+/// that pairs are adjacent; the other families keep Hugging Face's halves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// `(x[2i], x[2i+1])`.
+    Adjacent,
+    /// `(x[i], x[i + d/2])` (GPT-NeoX).
+    Halves,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: `silu(gate) · up`.
+    Silu,
+    /// GeGLU with GELU's tanh approximation: `gelu(gate) · up`.
+    GeluTanh,
+}
+
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     pub name: String,
+    pub architecture: Architecture,
     pub num_layers: usize,
     pub hidden: usize,
     pub ffn: usize,
     pub num_heads: usize,
     pub num_kv_heads: usize,
+    /// Width of one query or key head; `num_heads · head_dim` need not equal `hidden`
+    /// (Qwen3 and Gemma 3 have wider attention than their residual stream).
     pub head_dim: usize,
     pub vocab_size: usize,
     pub context_length: usize,
     pub rope_base: f32,
+    /// Multiplies every rope angle: `1 / rope.scaling.factor` for linear scaling.
+    pub rope_scale: f32,
+    pub rope_style: RopeStyle,
     pub rms_eps: f32,
+    pub activation: Activation,
+    /// Scales the embedding rows as they are read (Gemma: √hidden).
+    pub embedding_scale: f32,
+    /// Sliding-window attention: the window, and which layers use it.
+    pub sliding_window: Option<SlidingWindow>,
+    /// `tanh(x / c) · c` on the logits (Gemma 2's final soft-capping, when a file sets it).
+    pub logit_softcap: Option<f32>,
+}
+
+/// Layers whose keys are limited to the last `size` positions, with their own rope base.
+#[derive(Clone, Debug)]
+pub struct SlidingWindow {
+    pub size: usize,
+    /// One flag per layer: whether it slides.
+    pub layers: Vec<bool>,
+    pub rope_base: f32,
 }
 
 impl ModelConfig {
@@ -26,7 +103,7 @@ impl ModelConfig {
             path: path.to_path_buf(),
             reason,
         };
-        let arch = match ct.metadata.get("general.architecture") {
+        let arch_name = match ct.metadata.get("general.architecture") {
             Some(Value::String(s)) => s.clone(),
             _ => {
                 return Err(unsupported(
@@ -34,49 +111,84 @@ impl ModelConfig {
                 ))
             }
         };
-        if arch != "llama" {
+        let Some(architecture) = Architecture::from_name(&arch_name) else {
             return Err(unsupported(format!(
-                "architecture `{arch}`; braid runs `llama` models"
+                "architecture `{arch_name}`; braid runs {}",
+                SUPPORTED_ARCHITECTURES.map(|a| format!("`{a}`")).join(", ")
             )));
-        }
-        let int = |key: &str| -> Result<usize> {
-            let full = format!("{arch}.{key}");
-            ct.metadata
-                .get(&full)
+        };
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let get = |k: &str| ct.metadata.get(&key(k));
+        let int = |k: &str| -> Result<usize> {
+            get(k)
                 .and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().map(u64::from).ok()))
                 .map(|v| v as usize)
-                .ok_or_else(|| unsupported(format!("metadata key `{full}` is missing")))
+                .ok_or_else(|| unsupported(format!("metadata key `{}` is missing", key(k))))
         };
-        let float = |key: &str, default: f32| -> f32 {
-            ct.metadata
-                .get(&format!("{arch}.{key}"))
-                .and_then(|v| v.to_f32().ok())
-                .unwrap_or(default)
-        };
+        let float = |k: &str| get(k).and_then(|v| v.to_f32().ok());
         let hidden = int("embedding_length")?;
         let num_heads = int("attention.head_count")?;
         let num_kv_heads = int("attention.head_count_kv").unwrap_or(num_heads);
-        if num_heads == 0
-            || hidden % num_heads != 0
-            || num_kv_heads == 0
-            || num_heads % num_kv_heads != 0
-        {
+        if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
             return Err(unsupported(format!(
-                "{num_heads} heads / {num_kv_heads} KV heads for width {hidden}"
+                "{num_heads} heads / {num_kv_heads} KV heads"
             )));
         }
-        let head_dim = hidden / num_heads;
-        if head_dim % 2 != 0 || hidden % 32 != 0 {
+        let head_dim = match int("attention.key_length") {
+            Ok(d) => d,
+            Err(_) if hidden % num_heads == 0 => hidden / num_heads,
+            Err(_) => {
+                return Err(unsupported(format!(
+                    "{num_heads} heads do not divide width {hidden}"
+                )))
+            }
+        };
+        if let Ok(v) = int("attention.value_length") {
+            if v != head_dim {
+                return Err(unsupported(format!(
+                    "value heads of {v} differ from key heads of {head_dim}"
+                )));
+            }
+        }
+        if head_dim % 16 != 0 || hidden % 32 != 0 {
             return Err(unsupported(format!(
-                "width {hidden} / head size {head_dim} (need multiples of 32 and 2)"
+                "width {hidden} / head size {head_dim} (need multiples of 32 and 16)"
             )));
         }
+        if let Ok(rot) = int("rope.dimension_count") {
+            if rot != head_dim {
+                return Err(unsupported(format!(
+                    "rope over {rot} of {head_dim} head dimensions (partial rotary embedding)"
+                )));
+            }
+        }
+        let rope_scale = match get("rope.scaling.type").and_then(|v| v.to_string().ok()) {
+            None => 1.0,
+            Some(t) if t == "none" => 1.0,
+            Some(t) if t == "linear" => 1.0 / float("rope.scaling.factor").unwrap_or(1.0),
+            Some(t) => {
+                return Err(unsupported(format!(
+                    "rope scaling `{t}` (braid applies none, linear, and llama3 frequency factors)"
+                )))
+            }
+        };
         let vocab_size = match int("vocab_size") {
             Ok(v) => v,
             Err(e) => match ct.metadata.get("tokenizer.ggml.tokens") {
                 Some(Value::Array(a)) => a.len(),
                 _ => return Err(e),
             },
+        };
+        let num_layers = int("block_count")?;
+        let rope_base = float("rope.freq_base").unwrap_or(10_000.0);
+        let gemma = architecture == Architecture::Gemma3;
+        let sliding_window = match int("attention.sliding_window") {
+            Ok(size) if size > 0 && gemma => Some(SlidingWindow {
+                size,
+                layers: sliding_layers(get("attention.sliding_window_pattern"), num_layers),
+                rope_base: float("rope.freq_base_swa").unwrap_or(10_000.0),
+            }),
+            _ => None,
         };
         Ok(Self {
             name: ct
@@ -88,7 +200,8 @@ impl ModelConfig {
                         .map(|s| s.to_string_lossy().into_owned())
                         .unwrap_or_default()
                 }),
-            num_layers: int("block_count")?,
+            architecture,
+            num_layers,
             hidden,
             ffn: int("feed_forward_length")?,
             num_heads,
@@ -96,13 +209,200 @@ impl ModelConfig {
             head_dim,
             vocab_size,
             context_length: int("context_length").unwrap_or(2048),
-            rope_base: float("rope.freq_base", 10_000.0),
-            rms_eps: float("attention.layer_norm_rms_epsilon", 1e-5),
+            rope_base,
+            rope_scale,
+            rope_style: match architecture {
+                Architecture::Llama => RopeStyle::Adjacent,
+                _ => RopeStyle::Halves,
+            },
+            rms_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            embedding_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
+            sliding_window,
+            logit_softcap: float("final_logit_softcapping").filter(|&c| c > 0.0),
         })
+    }
+
+    /// A llama-shaped config for tests that need no file.
+    pub fn llama(
+        hidden: usize,
+        ffn: usize,
+        num_heads: usize,
+        num_kv_heads: usize,
+        context_length: usize,
+    ) -> Self {
+        Self {
+            name: "test".into(),
+            architecture: Architecture::Llama,
+            num_layers: 1,
+            hidden,
+            ffn,
+            num_heads,
+            num_kv_heads,
+            head_dim: hidden / num_heads,
+            vocab_size: 8,
+            context_length,
+            rope_base: 1e4,
+            rope_scale: 1.0,
+            rope_style: RopeStyle::Adjacent,
+            rms_eps: 1e-5,
+            activation: Activation::Silu,
+            embedding_scale: 1.0,
+            sliding_window: None,
+            logit_softcap: None,
+        }
+    }
+
+    /// Width of all query heads together (the attention output's width).
+    pub fn q_width(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+
+    /// Width of all key (or value) heads together.
+    pub fn kv_width(&self) -> usize {
+        self.num_kv_heads * self.head_dim
     }
 
     /// Elements of K and V one token occupies in the cache, all layers together.
     pub fn kv_floats_per_token(&self) -> usize {
-        2 * self.num_layers * self.num_kv_heads * self.head_dim
+        2 * self.num_layers * self.kv_width()
+    }
+
+    /// The window of layer `layer`'s keys, if it slides.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        self.sliding_window
+            .as_ref()
+            .filter(|w| w.layers.get(layer).copied().unwrap_or(false))
+            .map(|w| w.size)
+    }
+
+    /// Q, K and V carry biases (Qwen2).
+    pub fn has_qkv_bias(&self) -> bool {
+        self.architecture == Architecture::Qwen2
+    }
+
+    /// Each query and key head is RMS-normalized before rope (Qwen3, Gemma 3).
+    pub fn has_qk_norm(&self) -> bool {
+        matches!(
+            self.architecture,
+            Architecture::Qwen3 | Architecture::Gemma3
+        )
+    }
+
+    /// Attention's and the MLP's outputs are normalized before the residual add (Gemma 3).
+    pub fn has_post_norms(&self) -> bool {
+        self.architecture == Architecture::Gemma3
+    }
+}
+
+/// Which layers slide: `sliding_window_pattern` as one flag per layer, or as a period `n` where
+/// every `n`-th layer is global (llama.cpp's reading; Gemma 3 defaults to 6).
+fn sliding_layers(pattern: Option<&Value>, num_layers: usize) -> Vec<bool> {
+    if let Some(Value::Array(flags)) = pattern {
+        return (0..num_layers)
+            .map(|i| flags.get(i).and_then(|v| v.to_bool().ok()).unwrap_or(false))
+            .collect();
+    }
+    let n = pattern
+        .and_then(|v| v.to_u32().ok())
+        .map_or(6, |n| n as usize);
+    (0..num_layers).map(|i| n == 0 || i % n < n - 1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::gguf_file::VersionedMagic;
+
+    fn content(arch: &str, extra: &[(&str, Value)]) -> Content {
+        let mut metadata: std::collections::HashMap<String, Value> = [
+            (
+                "general.architecture".to_string(),
+                Value::String(arch.into()),
+            ),
+            (format!("{arch}.embedding_length"), Value::U32(640)),
+            (format!("{arch}.attention.head_count"), Value::U32(4)),
+            (format!("{arch}.attention.head_count_kv"), Value::U32(1)),
+            (format!("{arch}.block_count"), Value::U32(18)),
+            (format!("{arch}.feed_forward_length"), Value::U32(2048)),
+            (format!("{arch}.vocab_size"), Value::U32(100)),
+        ]
+        .into_iter()
+        .collect();
+        for (k, v) in extra {
+            metadata.insert(format!("{arch}.{k}"), v.clone());
+        }
+        Content {
+            magic: VersionedMagic::GgufV3,
+            metadata,
+            tensor_infos: Default::default(),
+            tensor_data_offset: 0,
+        }
+    }
+
+    fn config(arch: &str, extra: &[(&str, Value)]) -> Result<ModelConfig> {
+        ModelConfig::from_gguf(&content(arch, extra), Path::new("m.gguf"))
+    }
+
+    #[test]
+    fn an_unknown_architecture_is_named_with_the_supported_ones() {
+        let err = config("mamba", &[]).unwrap_err().to_string();
+        for name in ["`mamba`", "m.gguf"].iter().chain(&SUPPORTED_ARCHITECTURES) {
+            assert!(err.contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn gemma3_slides_five_layers_in_six_with_its_own_rope_base() {
+        let c = config(
+            "gemma3",
+            &[
+                ("attention.key_length", Value::U32(256)),
+                ("attention.sliding_window", Value::U32(512)),
+                ("rope.freq_base", Value::F32(1e6)),
+            ],
+        )
+        .unwrap();
+        assert_eq!((c.head_dim, c.q_width(), c.kv_width()), (256, 1024, 256));
+        let sliding: Vec<usize> = (0..18).filter(|&i| c.window(i).is_some()).collect();
+        assert_eq!(sliding.len(), 15);
+        assert!([5, 11, 17].iter().all(|i| c.window(*i).is_none()));
+        assert_eq!(c.window(0), Some(512));
+        let w = c.sliding_window.as_ref().unwrap();
+        assert_eq!((w.rope_base, c.rope_base), (10_000.0, 1e6));
+        assert_eq!(c.embedding_scale, 640f32.sqrt());
+        assert_eq!(c.activation, Activation::GeluTanh);
+        assert_eq!(c.rope_style, RopeStyle::Halves);
+        assert!(c.has_qk_norm() && c.has_post_norms() && !c.has_qkv_bias());
+    }
+
+    #[test]
+    fn families_differ_only_where_they_should() {
+        let llama = config("llama", &[]).unwrap();
+        assert_eq!(llama.rope_style, RopeStyle::Adjacent);
+        assert_eq!(llama.head_dim, 160);
+        assert!(!llama.has_qk_norm() && !llama.has_qkv_bias() && llama.sliding_window.is_none());
+        assert!(config("qwen2", &[]).unwrap().has_qkv_bias());
+        let qwen3 = config("qwen3", &[("attention.key_length", Value::U32(128))]).unwrap();
+        assert!(qwen3.has_qk_norm() && !qwen3.has_post_norms());
+        assert_eq!(qwen3.q_width(), 512);
+        let linear = config(
+            "llama",
+            &[
+                ("rope.scaling.type", Value::String("linear".into())),
+                ("rope.scaling.factor", Value::F32(8.0)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(linear.rope_scale, 0.125);
+        let yarn = config(
+            "llama",
+            &[("rope.scaling.type", Value::String("yarn".into()))],
+        );
+        assert!(yarn.unwrap_err().to_string().contains("`yarn`"));
     }
 }

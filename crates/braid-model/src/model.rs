@@ -10,7 +10,7 @@
 use crate::attention::{
     attend_group, combine, partial_len, parts_for, GroupTask, Scratch, ROW_TILE,
 };
-use crate::config::ModelConfig;
+use crate::config::{Activation, ModelConfig};
 use crate::error::{ModelError, Result};
 use crate::kernels::{self, matmul, QuantizedRows};
 use crate::kv_pool::KvPool;
@@ -23,6 +23,9 @@ pub struct Model {
     pub config: ModelConfig,
     pub weights: Weights,
     rope: Rope,
+    /// The sliding-window layers' rope, which has its own base (Gemma 3: 10,000 there, a
+    /// million on the global layers).
+    local_rope: Option<Rope>,
 }
 
 /// One sequence's share of a step: `tokens` go to positions `start..start + tokens.len()`.
@@ -54,11 +57,30 @@ pub struct Workspace {
 
 impl Model {
     pub fn new(config: ModelConfig, weights: Weights) -> Self {
-        let rope = Rope::new(config.head_dim, config.context_length, config.rope_base);
+        let c = &config;
+        let rope = Rope::new(
+            c.head_dim,
+            c.context_length,
+            c.rope_base,
+            c.rope_scale,
+            c.rope_style,
+            weights.rope_factors.as_deref(),
+        );
+        let local_rope = c.sliding_window.as_ref().map(|w| {
+            Rope::new(
+                c.head_dim,
+                c.context_length,
+                w.rope_base,
+                1.0,
+                c.rope_style,
+                None,
+            )
+        });
         Self {
             config,
             weights,
             rope,
+            local_rope,
         }
     }
 
@@ -177,23 +199,25 @@ impl Model {
         ws: &'w mut Workspace,
     ) -> Result<&'w [f32]> {
         let c = &self.config;
-        let (h, f, d) = (c.hidden, c.ffn, c.head_dim);
-        let kv_w = c.num_kv_heads * d;
-        let qkv_w = h + 2 * kv_w;
+        let (h, f) = (c.hidden, c.ffn);
+        let (q_w, kv_w) = (c.q_width(), c.kv_width());
+        let qkv_w = q_w + 2 * kv_w;
         let t: usize = batch.iter().map(|e| e.tokens.len()).sum();
 
         ws.x.resize(t * h, 0.0);
         ws.h.resize(t * h, 0.0);
         ws.qkv.resize(t * qkv_w, 0.0);
-        ws.attn.resize(t * h, 0.0);
+        ws.attn.resize(t * q_w, 0.0);
         ws.gate_up.resize(t * 2 * f, 0.0);
         ws.act.resize(t * f, 0.0);
         ws.proj.resize(t * h, 0.0);
 
         for (row, &tok) in batch.iter().flat_map(|e| e.tokens).enumerate() {
-            self.weights
-                .embedding
-                .dequantize_row(tok as usize, &mut ws.x[row * h..(row + 1) * h]);
+            let x = &mut ws.x[row * h..(row + 1) * h];
+            self.weights.embedding.dequantize_row(tok as usize, x);
+            if c.embedding_scale != 1.0 {
+                x.iter_mut().for_each(|v| *v *= c.embedding_scale);
+            }
         }
 
         for (li, layer) in self.weights.layers.iter().enumerate() {
@@ -201,38 +225,69 @@ impl Model {
             ws.quant.quantize(&ws.h, t, h);
             matmul(&ws.quant, &layer.qkv, &mut ws.qkv);
 
+            let window = c.window(li);
+            let rope = match (window, &self.local_rope) {
+                (Some(_), Some(local)) => local,
+                _ => &self.rope,
+            };
             let mut row = 0;
             for e in batch {
                 for (i, _) in e.tokens.iter().enumerate() {
                     let pos = e.start + i;
                     let r = &mut ws.qkv[(row + i) * qkv_w..(row + i + 1) * qkv_w];
-                    let (q, rest) = r.split_at_mut(h);
-                    self.rope.apply(q, pos);
+                    if let Some(bias) = &layer.qkv_bias {
+                        add_in_place(r, bias);
+                    }
+                    let (q, rest) = r.split_at_mut(q_w);
                     let (k, v) = rest.split_at_mut(kv_w);
-                    self.rope.apply(k, pos);
+                    if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                        rms_norm_in_place(q, qn, c.rms_eps);
+                        rms_norm_in_place(k, kn, c.rms_eps);
+                    }
+                    rope.apply(q, pos);
+                    rope.apply(k, pos);
                     kv.write(li, e.block_table, pos, k, v);
                 }
                 row += e.tokens.len();
             }
 
-            self.attention(batch, li, kv, ws, qkv_w);
+            self.attention(batch, li, kv, ws, qkv_w, window);
 
-            ws.quant.quantize(&ws.attn, t, h);
+            ws.quant.quantize(&ws.attn, t, q_w);
             matmul(&ws.quant, &layer.attn_out, &mut ws.proj);
-            add_in_place(&mut ws.x, &ws.proj);
+            add_residual(
+                &mut ws.x,
+                &mut ws.proj,
+                layer.post_attn_norm.as_deref(),
+                c.rms_eps,
+            );
 
             rms_norm_rows(&ws.x, &layer.ffn_norm, c.rms_eps, &mut ws.h);
             ws.quant.quantize(&ws.h, t, h);
             matmul(&ws.quant, &layer.gate_up, &mut ws.gate_up);
             for (r, act) in ws.act.chunks_exact_mut(f).enumerate() {
                 let (gate, up) = ws.gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
-                for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                    *a = g / (1.0 + (-g).exp()) * u;
+                match c.activation {
+                    Activation::Silu => {
+                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                            *a = g / (1.0 + (-g).exp()) * u;
+                        }
+                    }
+                    Activation::GeluTanh => {
+                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                            *a = gelu_tanh(*g) * u;
+                        }
+                    }
                 }
             }
             ws.quant.quantize(&ws.act, t, f);
             matmul(&ws.quant, &layer.down, &mut ws.proj);
-            add_in_place(&mut ws.x, &ws.proj);
+            add_residual(
+                &mut ws.x,
+                &mut ws.proj,
+                layer.post_ffn_norm.as_deref(),
+                c.rms_eps,
+            );
         }
 
         let mut last_rows = Vec::new();
@@ -253,6 +308,11 @@ impl Model {
         ws.logits.resize(s * c.vocab_size, 0.0);
         ws.quant.quantize(&ws.h, s, h);
         matmul(&ws.quant, self.weights.output(), &mut ws.logits);
+        if let Some(cap) = c.logit_softcap {
+            ws.logits
+                .iter_mut()
+                .for_each(|l| *l = (*l / cap).tanh() * cap);
+        }
         Ok(&ws.logits[..s * c.vocab_size])
     }
 
@@ -263,9 +323,10 @@ impl Model {
         kv: &KvPool,
         ws: &mut Workspace,
         qkv_w: usize,
+        window: Option<usize>,
     ) {
         let c = &self.config;
-        let (h, d) = (c.hidden, c.head_dim);
+        let (q_w, d) = (c.q_width(), c.head_dim);
         let group = c.num_heads / c.num_kv_heads;
         let tiles: usize = batch
             .iter()
@@ -290,6 +351,8 @@ impl Model {
                 let rows = ROW_TILE.min(e.tokens.len() - tile);
                 let start = e.start + tile;
                 let n_parts = parts_for(start + rows - 1, bs);
+                // A sliding window skips the partitions wholly before the tile's first row's.
+                let first = window.map_or(0, |w| parts_for((start + 1).saturating_sub(w), bs) - 1);
                 let task = |first_head, group, parts, split| GroupTask {
                     layer,
                     block_table: e.block_table,
@@ -300,30 +363,32 @@ impl Model {
                     group,
                     parts,
                     split,
+                    window,
                 };
-                if few && n_parts > 1 {
-                    let step = n_parts.div_ceil(per_tile);
+                if few && n_parts - first > 1 {
+                    let step = (n_parts - first).div_ceil(per_tile);
                     for kv_head in 0..c.num_kv_heads {
-                        for p in (0..n_parts).step_by(step) {
+                        for p in (first..n_parts).step_by(step) {
                             let parts = p..(p + step).min(n_parts);
                             tasks.push((row + tile, task(kv_head * group, group, parts, true)));
                         }
                     }
-                    split_tiles.push((row + tile, rows, n_parts));
+                    split_tiles.push((row + tile, rows, first..n_parts));
                 } else if few {
                     for head in 0..c.num_heads {
-                        tasks.push((row + tile, task(head, 1, 0..n_parts, false)));
+                        tasks.push((row + tile, task(head, 1, first..n_parts, false)));
                     }
                 } else {
                     for kv_head in 0..c.num_kv_heads {
-                        tasks.push((row + tile, task(kv_head * group, group, 0..n_parts, false)));
+                        let parts = first..n_parts;
+                        tasks.push((row + tile, task(kv_head * group, group, parts, false)));
                     }
                 }
             }
             row += e.tokens.len();
         }
-        let max_parts = split_tiles.iter().map(|&(_, _, n)| n).max().unwrap_or(0);
-        let rows_total = ws.attn.len() / h;
+        let max_parts = split_tiles.iter().map(|(_, _, p)| p.end).max().unwrap_or(0);
+        let rows_total = ws.attn.len() / q_w;
         ws.partials
             .resize(rows_total * c.num_heads * max_parts * plen, 0.0);
         let qkv = SendPtr::new(ws.qkv.as_mut_ptr());
@@ -340,8 +405,8 @@ impl Model {
             .par_iter()
             .for_each_init(Scratch::default, |scratch, (row0, task)| {
                 // SAFETY: the task's rows `row0..row0 + task.rows` are rows of the step, so a
-                // query (the first `h` floats of a `qkv_w`-wide row of `ws.qkv`) and an output
-                // (a row of `ws.attn`, `h` wide) of `d` floats lies inside its buffer, both
+                // query (the first `q_w` floats of a `qkv_w`-wide row of `ws.qkv`) and an output
+                // (a row of `ws.attn`, `q_w` wide) of `d` floats lies inside its buffer, both
                 // resized to the step's rows; a split task's (row, head) partial array of
                 // `max_parts` entries lies inside `ws.partials`, resized to every row and head.
                 // Nothing writes `ws.qkv` during the loop; every (row, head) of the step is in
@@ -364,19 +429,19 @@ impl Model {
                                 let at = ((row0 + i) * c.num_heads + head) * max_parts * plen;
                                 partials.get().wrapping_add(at)
                             } else {
-                                out.get().wrapping_add((row0 + i) * h + head * d)
+                                out.get().wrapping_add((row0 + i) * q_w + head * d)
                             }
                         },
                     )
                 };
             });
-        for (row0, rows, n_parts) in split_tiles {
+        for (row0, rows, parts) in split_tiles {
             for r in row0..row0 + rows {
                 for head in 0..c.num_heads {
                     let at = (r * c.num_heads + head) * max_parts * plen;
                     combine(
-                        &ws.partials[at..at + n_parts * plen],
-                        &mut ws.attn[r * h + head * d..][..d],
+                        &ws.partials[at + parts.start * plen..at + parts.end * plen],
+                        &mut ws.attn[r * q_w + head * d..][..d],
                     );
                 }
             }
@@ -394,6 +459,38 @@ fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
             *o = v * inv * w;
         }
     }
+}
+
+/// Normalizes each `weight.len()`-wide piece of `x` (every head of a row) in place.
+#[inline(always)]
+fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let d = weight.len();
+    for xr in x.chunks_exact_mut(d) {
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for (v, w) in xr.iter_mut().zip(weight) {
+            *v = *v * inv * w;
+        }
+    }
+}
+
+/// `x += y`, with `y` first normalized row by row when the family norms its sublayers'
+/// outputs (Gemma 3).
+#[inline(always)]
+fn add_residual(x: &mut [f32], y: &mut [f32], post_norm: Option<&[f32]>, eps: f32) {
+    if let Some(w) = post_norm {
+        rms_norm_in_place(y, w, eps);
+    }
+    add_in_place(x, y);
+}
+
+/// GELU with the tanh approximation, written as `x · sigmoid(2u)`, which equals
+/// `x/2 · (1 + tanh u)` and costs one `exp`.
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    x / (1.0 + (-2.0 * u).exp())
 }
 
 #[inline(always)]

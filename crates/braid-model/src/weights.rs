@@ -18,10 +18,19 @@ use std::path::Path;
 pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
     pub qkv: PackedWeight,
+    /// Q, K and V biases end to end, as wide as a row of `qkv`'s output (Qwen2).
+    pub qkv_bias: Option<Vec<f32>>,
+    /// RMSNorm weights applied to every query head and every key head (Qwen3, Gemma 3).
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
     pub attn_out: PackedWeight,
+    /// Norm of attention's output before the residual add (Gemma 3).
+    pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
     pub gate_up: PackedWeight,
     pub down: PackedWeight,
+    /// Norm of the MLP's output before the residual add (Gemma 3).
+    pub post_ffn_norm: Option<Vec<f32>>,
 }
 
 pub struct Weights {
@@ -30,6 +39,8 @@ pub struct Weights {
     pub output_norm: Vec<f32>,
     /// `output.weight`, or the embedding when the model ties them (SmolLM2 does).
     pub output: Option<PackedWeight>,
+    /// Llama 3's rope frequency divisors (`rope_freqs.weight`), `head_dim / 2` of them.
+    pub rope_factors: Option<Vec<f32>>,
 }
 
 impl Weights {
@@ -169,8 +180,8 @@ pub fn load(ct: &Content, path: &Path, cfg: &ModelConfig) -> Result<Weights> {
         file: BufReader::new(file),
         path,
     };
-    let (h, f) = (cfg.hidden, cfg.ffn);
-    let kv = cfg.num_kv_heads * cfg.head_dim;
+    let (h, f, d) = (cfg.hidden, cfg.ffn, cfg.head_dim);
+    let (q, kv) = (cfg.q_width(), cfg.kv_width());
     let embedding = r.packed(&[("token_embd.weight", cfg.vocab_size)], h)?;
     let output_norm = r.f32("output_norm.weight", 1, h)?;
     let output = if ct.tensor_infos.contains_key("output.weight") {
@@ -178,19 +189,49 @@ pub fn load(ct: &Content, path: &Path, cfg: &ModelConfig) -> Result<Weights> {
     } else {
         None
     };
+    let rope_factors = if ct.tensor_infos.contains_key("rope_freqs.weight") {
+        Some(r.f32("rope_freqs.weight", 1, d / 2)?)
+    } else {
+        None
+    };
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for i in 0..cfg.num_layers {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
+        let b = |s: &str| format!("blk.{i}.{s}.bias");
+        let mut norm = |name: &str, n: usize, wanted: bool| -> Result<Option<Vec<f32>>> {
+            wanted.then(|| r.f32(&p(name), 1, n)).transpose()
+        };
+        let (q_norm, k_norm) = (
+            norm("attn_q_norm", d, cfg.has_qk_norm())?,
+            norm("attn_k_norm", d, cfg.has_qk_norm())?,
+        );
+        let (post_attn_norm, post_ffn_norm) = (
+            norm("post_attention_norm", h, cfg.has_post_norms())?,
+            norm("post_ffw_norm", h, cfg.has_post_norms())?,
+        );
+        let qkv_bias = if cfg.has_qkv_bias() {
+            let mut bias = r.f32(&b("attn_q"), 1, q)?;
+            bias.extend(r.f32(&b("attn_k"), 1, kv)?);
+            bias.extend(r.f32(&b("attn_v"), 1, kv)?);
+            Some(bias)
+        } else {
+            None
+        };
         layers.push(LayerWeights {
             attn_norm: r.f32(&p("attn_norm"), 1, h)?,
             qkv: r.packed(
-                &[(&p("attn_q"), h), (&p("attn_k"), kv), (&p("attn_v"), kv)],
+                &[(&p("attn_q"), q), (&p("attn_k"), kv), (&p("attn_v"), kv)],
                 h,
             )?,
-            attn_out: r.packed(&[(&p("attn_output"), h)], h)?,
+            qkv_bias,
+            q_norm,
+            k_norm,
+            attn_out: r.packed(&[(&p("attn_output"), h)], q)?,
+            post_attn_norm,
             ffn_norm: r.f32(&p("ffn_norm"), 1, h)?,
             gate_up: r.packed(&[(&p("ffn_gate"), f), (&p("ffn_up"), f)], h)?,
             down: r.packed(&[(&p("ffn_down"), h)], f)?,
+            post_ffn_norm,
         });
     }
     Ok(Weights {
@@ -198,5 +239,6 @@ pub fn load(ct: &Content, path: &Path, cfg: &ModelConfig) -> Result<Weights> {
         layers,
         output_norm,
         output,
+        rope_factors,
     })
 }
