@@ -7,7 +7,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::kernels::{Int4Source, Int4Weight, PackedWeight};
+use crate::kernels::{Int4Source, Int4Weight, Int8Source, Int8Weight, PackedWeight};
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
@@ -130,13 +130,20 @@ impl Reader<'_> {
     }
 
     /// The tensors `names` (each `(name, rows)`, all `cols` wide) stacked into one matrix: in
-    /// the 4-bit format if they are all Q4_0, all Q4_1 or all Q4_K, requantized to int8
-    /// otherwise.
+    /// the 4-bit format if they are all Q4_0, all Q4_1 or all Q4_K; copied into int8 if they
+    /// are all Q8_0 or all Q5_0; requantized to int8 otherwise.
     fn packed(&mut self, names: &[(&str, usize)], cols: usize) -> Result<PackedWeight> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Source {
+            Int4(Int4Source),
+            Int8(Int8Source),
+        }
         let source = |dtype| match dtype {
-            GgmlDType::Q4_0 => Some(Int4Source::Q4_0),
-            GgmlDType::Q4_1 => Some(Int4Source::Q4_1),
-            GgmlDType::Q4K if cols.is_multiple_of(256) => Some(Int4Source::Q4K),
+            GgmlDType::Q4_0 => Some(Source::Int4(Int4Source::Q4_0)),
+            GgmlDType::Q4_1 => Some(Source::Int4(Int4Source::Q4_1)),
+            GgmlDType::Q4K if cols.is_multiple_of(256) => Some(Source::Int4(Int4Source::Q4K)),
+            GgmlDType::Q8_0 => Some(Source::Int8(Int8Source::Q8_0)),
+            GgmlDType::Q5_0 => Some(Source::Int8(Int8Source::Q5_0)),
             _ => None,
         };
         let sources: Vec<_> = names
@@ -149,7 +156,7 @@ impl Reader<'_> {
             })
             .collect();
         let rows = names.iter().map(|&(_, n)| n).sum();
-        if let Some(Some(int4)) = sources
+        if let Some(&Some(source)) = sources
             .first()
             .filter(|_| sources.windows(2).all(|p| p[0] == p[1]))
         {
@@ -158,9 +165,10 @@ impl Reader<'_> {
                 let qt = self.tensor(name, n, cols)?;
                 raw.extend_from_slice(&qt.data().map_err(|e| self.corrupt(name, e))?);
             }
-            return Ok(PackedWeight::Int4(Int4Weight::from_gguf(
-                *int4, &raw, rows, cols,
-            )));
+            return Ok(match source {
+                Source::Int4(s) => PackedWeight::Int4(Int4Weight::from_gguf(s, &raw, rows, cols)),
+                Source::Int8(s) => PackedWeight::Int8(Int8Weight::from_gguf(s, &raw, rows, cols)),
+            });
         }
         let mut data = Vec::new();
         for &(name, n) in names {

@@ -28,6 +28,39 @@ pub(super) struct Tile {
     pub(super) scales: [f16; TILE_N],
 }
 
+/// GGUF block types whose weights are int8 with one half-float scale per 32, as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Source {
+    /// 34 bytes: `d` (f16), 32 signed bytes; weight `d · q`.
+    Q8_0,
+    /// 22 bytes: `d` (f16), 32 high bits, 16 bytes of low nibbles; weight `d · (q - 16)`.
+    Q5_0,
+}
+
+impl Int8Source {
+    fn block_bytes(self) -> usize {
+        match self {
+            Int8Source::Q8_0 => 34,
+            Int8Source::Q5_0 => 22,
+        }
+    }
+
+    /// A block's 32 integers, in order (ggml's dequantization without the scale).
+    fn integers(self, block: &[u8]) -> [i8; BLOCK] {
+        match self {
+            Int8Source::Q8_0 => std::array::from_fn(|e| block[2 + e] as i8),
+            Int8Source::Q5_0 => {
+                let qh = u32::from_le_bytes(block[2..6].try_into().expect("4 bytes"));
+                std::array::from_fn(|e| {
+                    let low = (block[6 + e % 16] >> (4 * (e / 16))) & 15;
+                    let high = ((qh >> e) & 1) as u8;
+                    ((low | (high << 4)) as i8) - 16
+                })
+            }
+        }
+    }
+}
+
 /// A weight matrix of `n` outputs × `k` inputs, packed for the kernel.
 pub struct Int8Weight {
     pub(super) n: usize,
@@ -64,6 +97,38 @@ impl Int8Weight {
                     let q = (v * inv).round().clamp(-127.0, 127.0) as i32;
                     tile.qs[i / 4][r * 4 + i % 4] = (q + 128) as u8;
                 }
+            }
+        }
+        Self { n, k, tiles }
+    }
+
+    /// Packs a GGUF tensor whose blocks are already int8 with one scale per 32 (Q8_0) or
+    /// fit in int8 exactly (Q5_0's `d · (q - 16)`): the scales and integers are copied, so the
+    /// weights are the file's, with no second rounding.
+    pub fn from_gguf(source: Int8Source, raw: &[u8], n: usize, k: usize) -> Self {
+        assert!(
+            k.is_multiple_of(BLOCK),
+            "k = {k} is not a multiple of {BLOCK}"
+        );
+        let (k_blocks, bytes) = (k / BLOCK, source.block_bytes());
+        assert_eq!(
+            raw.len(),
+            n * k_blocks * bytes,
+            "{source:?} data does not match {n}x{k}"
+        );
+        let empty = Tile {
+            qs: [[128u8; 4 * TILE_N]; BLOCK / 4],
+            scales: [f16::ZERO; TILE_N],
+        };
+        let mut tiles = vec![empty; n.div_ceil(TILE_N) * k_blocks];
+        for (i, block) in raw.chunks_exact(bytes).enumerate() {
+            let (row, kb) = (i / k_blocks, i % k_blocks);
+            let (t, r) = (row / TILE_N, row % TILE_N);
+            let tile = &mut tiles[t * k_blocks + kb];
+            tile.scales[r] = f16::from_le_bytes([block[0], block[1]]);
+            let q = source.integers(block);
+            for (e, q) in q.iter().enumerate() {
+                tile.qs[e / 4][r * 4 + e % 4] = (*q as i32 + 128) as u8;
             }
         }
         Self { n, k, tiles }
@@ -127,6 +192,36 @@ mod tests {
     use super::*;
     use crate::kernels::{matmul_reference, matmul_with, Kernel, PackedWeight};
     use rand::{Rng, SeedableRng};
+
+    /// Q8_0 and Q5_0 blocks from ggml's own quantizer (through candle) are copied exactly:
+    /// every packed weight equals ggml's dequantization of it, bit for bit.
+    #[cfg(not(miri))]
+    #[test]
+    fn q8_0_and_q5_0_blocks_are_copied_exactly() {
+        use candle_core::quantized::{GgmlDType, QTensor};
+        let (n, k) = (37, 96);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let data: Vec<f32> = (0..n * k).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+        let device = candle_core::Device::Cpu;
+        let t = candle_core::Tensor::from_slice(&data, (n, k), &device).unwrap();
+        for (dtype, source) in [
+            (GgmlDType::Q8_0, Int8Source::Q8_0),
+            (GgmlDType::Q5_0, Int8Source::Q5_0),
+        ] {
+            let q = QTensor::quantize(&t, dtype).unwrap();
+            let want = q
+                .dequantize(&device)
+                .and_then(|t| t.flatten_all())
+                .and_then(|t| t.to_vec1::<f32>())
+                .unwrap();
+            let w = Int8Weight::from_gguf(source, &q.data().unwrap(), n, k);
+            let mut row = vec![0f32; k];
+            for r in 0..n {
+                w.dequantize_row(r, &mut row);
+                assert_eq!(row, want[r * k..(r + 1) * k], "{source:?} row {r}");
+            }
+        }
+    }
 
     fn random(len: usize, seed: u64) -> Vec<f32> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

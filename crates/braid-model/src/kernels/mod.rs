@@ -34,7 +34,7 @@ pub mod peak;
 mod quantized_rows;
 
 pub use int4::{Int4Source, Int4Weight};
-pub use int8::Int8Weight;
+pub use int8::{Int8Source, Int8Weight};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use lanes::{Avx512Lanes, F16cLanes};
 pub(crate) use lanes::{Lanes, PortableLanes};
