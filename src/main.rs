@@ -91,7 +91,7 @@ enum Command {
 
 #[derive(Args)]
 struct ModelArgs {
-    /// A llama-architecture GGUF file.
+    /// A GGUF model file (llama, qwen2, qwen3 or gemma3 architecture).
     #[arg(long, env = "BRAID_MODEL", default_value = braid_model::DEFAULT_MODEL_PATH)]
     model: PathBuf,
     /// Compute threads (default: all cores).

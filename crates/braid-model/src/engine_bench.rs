@@ -39,6 +39,35 @@ pub struct EngineBenchReport {
     pub prefill_fraction_of_peak: Option<f64>,
     /// (sequences, aggregate tokens/s, step time median ms)
     pub decode: Vec<(usize, f64, f64)>,
+    /// (sequences, median ms of the output layer alone for that many rows): the largest matrix
+    /// of a small model with a big vocabulary (Gemma 3's 262k tokens), which a step runs only
+    /// for the rows it samples.
+    pub output_layer: Vec<(usize, f64)>,
+}
+
+/// Median time of the output layer (final norm's output to logits) for `rows` rows.
+fn output_layer_ms(m: &LoadedModel, rows: usize, repeats: usize) -> f64 {
+    let cfg = m.config();
+    let x: Vec<f32> = (0..rows * cfg.hidden)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut quant = crate::kernels::QuantizedRows::default();
+    let mut logits = vec![0f32; rows * cfg.vocab_size];
+    let times = (0..repeats)
+        .map(|_| {
+            let t = Instant::now();
+            // From inside the compute pool, as a step runs it.
+            rayon::join(
+                || {
+                    quant.quantize(&x, rows, cfg.hidden);
+                    crate::kernels::matmul(&quant, m.model.weights.output(), &mut logits);
+                },
+                || (),
+            );
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    median(times)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -74,6 +103,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
     }
 
     let mut decode = Vec::new();
+    let mut output_layer = Vec::new();
     for &n in &opts.batch_sizes {
         // The context is read once and its blocks shared by every sequence (as a prefix cache
         // would); each sequence decodes into blocks of its own. Attention still reads the
@@ -136,6 +166,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         }
         let wall = t0.elapsed().as_secs_f64();
         decode.push(((n), (n * opts.decode_steps) as f64 / wall, median(steps)));
+        output_layer.push((n, output_layer_ms(m, n, opts.decode_steps)));
     }
     let prefill_tokens_per_sec = median(prefill);
     let kernel = crate::kernels::active();
@@ -150,6 +181,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         int8_peak_gops,
         prefill_fraction_of_peak: int8_peak_gops.map(|peak| prefill_gops / peak),
         decode,
+        output_layer,
     })
 }
 
@@ -174,10 +206,12 @@ impl std::fmt::Display for EngineBenchReport {
                 100.0 * fraction, self.kernel
             )?;
         }
-        for (n, rate, step) in &self.decode {
+        for ((n, rate, step), (_, output)) in self.decode.iter().zip(&self.output_layer) {
             writeln!(
                 f,
-                "decode {n:>2} sequences        {rate:8.1} tokens/s   step p50 {step:6.2} ms"
+                "decode {n:>2} sequences        {rate:8.1} tokens/s   step p50 {step:6.2} ms   \
+                 output layer {output:5.2} ms ({:.0}%)",
+                100.0 * output / step
             )?;
         }
         Ok(())

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("model file {path} does not exist; run scripts/fetch-model.sh to fetch the default model, or pass --model PATH to a llama-architecture GGUF")]
+    #[error("model file {path} does not exist; run scripts/fetch-model.sh to fetch the default model, or pass --model PATH to a GGUF of a llama, qwen2, qwen3 or gemma3 model")]
     FileMissing { path: PathBuf },
     #[error("cannot read model file {path}: {source}")]
     Io {
