@@ -1,7 +1,7 @@
 //! braid's model engine: everything that touches weights.
 //!
-//! It loads a GGUF (llama, qwen2, qwen3 or gemma3), tokenizes and renders chat exactly as the model was
-//! trained, and runs one forward pass over a step that mixes prompt slices and decode tokens
+//! It loads a GGUF (llama, qwen2, qwen3 or gemma3), tokenizes and renders chat exactly as the
+//! model was trained, and runs one forward pass over a step that mixes prompt slices and decode tokens
 //! of many sequences, each attending only to its own blocks of a shared, preallocated KV pool.
 //! It knows nothing of requests, queues or HTTP: the scheduler decides what a step holds.
 
