@@ -53,8 +53,8 @@ fn model_summary(path: &Path) -> Value {
                 "path": path,
                 "found": true,
                 "name": c.name,
-                // The loader refuses every other architecture.
-                "architecture": "llama",
+                "architecture": c.architecture.name(),
+                "sliding_window": c.sliding_window.as_ref().map(|w| w.size),
                 "layers": c.num_layers,
                 "hidden": c.hidden,
                 "ffn": c.ffn,
