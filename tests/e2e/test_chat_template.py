@@ -94,7 +94,8 @@ def test_completions_work_without_a_template(bare):
 
 def test_a_template_file_supplies_the_missing_one(make_server, no_template_model):
     s = make_server("--kv-cache-mb", "128", "--chat-template", GEMMA_TEMPLATE, model=no_template_model)
-    assert rendered(s.url, MESSAGES) == GEMMA_TURNS
+    # SmolLM2's BOS (id 1) is <|im_start|>; the template writes it first.
+    assert rendered(s.url, MESSAGES) == "<|im_start|>" + GEMMA_TURNS
     r = requests.post(s.url + "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 4, "temperature": 0}, timeout=120)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -106,11 +107,11 @@ def test_a_template_file_supplies_the_missing_one(make_server, no_template_model
 def test_a_template_file_replaces_the_models_own(make_server, server):
     assert rendered(server.url, MESSAGES).startswith("<|im_start|>")
     s = make_server("--kv-cache-mb", "128", "--chat-template", GEMMA_TEMPLATE)
-    assert rendered(s.url, MESSAGES) == GEMMA_TURNS
+    assert rendered(s.url, MESSAGES) == "<|im_start|>" + GEMMA_TURNS
     # The file's own rules apply: a system message joins the first user turn, and roles that
     # do not alternate are the template's error, a 400 naming `messages`.
     with_system = [{"role": "system", "content": "Answer briefly."}, *MESSAGES]
-    assert rendered(s.url, with_system) == GEMMA_TURNS.replace("user\n", "user\nAnswer briefly.\n\n", 1)
+    assert rendered(s.url, with_system) == "<|im_start|>" + GEMMA_TURNS.replace("user\n", "user\nAnswer briefly.\n\n", 1)
     r = requests.post(s.url + "/v1/chat/completions", json={"messages": MESSAGES * 2}, timeout=30)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "messages"

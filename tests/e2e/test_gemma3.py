@@ -110,9 +110,9 @@ def test_chat_works_with_a_gemma_template_file():
         assert r.status_code == 200, r.text
         ids = r.json()["tokens"]
         text = requests.post(s.url + "/detokenize", json={"tokens": ids}, timeout=30).json()["prompt"]
-        # Gemma's tokenizer puts BOS in front (add_bos_token), and the template does not add another.
-        assert text.endswith("<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n"), text
-        assert text.count("<bos>") <= 1, text
+        # The template writes BOS and Gemma's tokenizer adds one (add_bos_token): one is kept.
+        assert text == "<bos><start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n", text
+        assert ids[0] == 2 and ids[1] != 2
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=300)
         # ignore_eos: a base model may end its turn at once; eight tokens are asked for.
         ask = dict(model="gemma-3-270m-q4_k_m", messages=MESSAGES, max_tokens=8, temperature=0, extra_body={"ignore_eos": True})

@@ -67,6 +67,11 @@ impl ChatTemplate {
         Ok(source)
     }
 
+    /// The text the template's `bos_token` stands for (empty when the GGUF names none).
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         let tmpl = self
             .env

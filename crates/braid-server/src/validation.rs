@@ -316,10 +316,19 @@ pub fn chat_prompt(
         .enumerate()
         .map(|(i, m)| chat_message(i, m))
         .collect::<Result<Vec<_>>>()?;
-    let text = chat_template(model)?
+    let template = chat_template(model)?;
+    let text = template
         .render(&msgs, add_generation_prompt)
         .map_err(|e| ValidationError::Template(e.to_string()))?;
-    let tokens = encode(model, &text)?;
+    let mut tokens = encode(model, &text)?;
+    // Templates written for Hugging Face put `bos_token` in the text themselves; where the
+    // tokenizer also adds BOS (a GGUF with add_bos_token, such as Gemma's), the prompt would
+    // start with two, which the model never saw in training. One is dropped.
+    if let Some(bos) = model.tokenizer.token_id(template.bos_token()) {
+        if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
+            tokens.remove(0);
+        }
+    }
     if tokens.is_empty() {
         return Err(ValidationError::Empty { field: "messages" });
     }

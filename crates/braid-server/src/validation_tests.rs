@@ -387,6 +387,21 @@ fn a_given_chat_template_replaces_the_models_own() {
 }
 
 #[test]
+fn a_prompt_never_starts_with_two_bos_tokens() {
+    // As if the template wrote bos_token and the tokenizer added its own.
+    let m = tiny_model_with_template(Some(
+        "{{ bos_token }}{{ bos_token }}{{ messages[0].content }}",
+    ));
+    let req: ChatCompletionRequest = serde_json::from_value(
+        serde_json::json!({"messages": [{"role": "user", "content": "the"}]}),
+    )
+    .unwrap();
+    let want = m.tokenizer.encode("<|im_start|>the").unwrap();
+    assert_eq!(want[0], m.tokenizer.token_id("<|im_start|>").unwrap());
+    assert_eq!(chat(&req, &m, &limits()).unwrap().prompt, want);
+}
+
+#[test]
 fn prompts_longer_than_the_cap_are_refused() {
     let capped = Limits {
         max_prompt_tokens: 5,
