@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: fetches the model if missing, installs what the end-to-end tests use
+# Runs every test: fetches the models if missing (the default one and Gemma 3 270M, which a
+# smaller set of end-to-end tests runs on), installs what the end-to-end tests use
 # (a Python venv with the openai client and pytest, oha, Debian's chromium and nginx, the
 # aarch64 cross toolchain and qemu: the first run needs root for apt-get), checks formatting
 # and lints, builds once in release, then runs the Rust tests, braid-model's tests on aarch64
@@ -11,6 +12,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
 scripts/fetch-model.sh
+scripts/fetch-model.sh gemma3-270m
 scripts/install-test-tools.sh
 
 cargo fmt --all --check

@@ -46,6 +46,10 @@ enum Command {
         /// Optional system message (the template's default is used otherwise).
         #[arg(long)]
         system: Option<String>,
+        /// A Jinja chat template file to use instead of the model's own; needed for a model
+        /// whose GGUF has none (a base model such as Gemma 3 270M).
+        #[arg(long, value_name = "FILE")]
+        chat_template: Option<PathBuf>,
         #[command(flatten)]
         gen: GenArgs,
     },
@@ -129,8 +133,15 @@ impl ModelArgs {
     }
 
     fn load(&self) -> anyhow::Result<LoadedModel> {
+        self.load_with_chat_template(None)
+    }
+
+    fn load_with_chat_template(&self, chat_template: Option<&str>) -> anyhow::Result<LoadedModel> {
         braid_engine::compute_pool::init(self.threads());
-        Ok(LoadedModel::load(&self.model)?)
+        Ok(LoadedModel::load_with_chat_template(
+            &self.model,
+            chat_template,
+        )?)
     }
 }
 
@@ -218,9 +229,22 @@ fn run() -> anyhow::Result<()> {
         Command::Chat {
             message,
             system,
+            chat_template,
             gen,
         } => {
-            let m = gen.model.load()?;
+            let chat_template = chat_template
+                .as_deref()
+                .map(braid_server::args::read_chat_template)
+                .transpose()?;
+            let m = gen
+                .model
+                .load_with_chat_template(chat_template.as_deref())?;
+            let Some(template) = &m.chat_template else {
+                anyhow::bail!(
+                    "{} has no chat template (a base model); pass --chat-template FILE to supply one, or continue a prompt with `braid generate --prompt TEXT`",
+                    gen.model.model.display()
+                );
+            };
             let mut messages = Vec::new();
             if let Some(system) = system {
                 messages.push(ChatMessage {
@@ -232,9 +256,7 @@ fn run() -> anyhow::Result<()> {
                 role: "user".into(),
                 content: message,
             });
-            let ids = m
-                .tokenizer
-                .encode(&m.chat_template.render(&messages, true)?)?;
+            let ids = m.tokenizer.encode(&template.render(&messages, true)?)?;
             stream(&m, &ids, &gen)?;
         }
         // The server sets up the compute pool itself (`braid_server::start`).

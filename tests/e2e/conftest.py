@@ -14,6 +14,8 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 BIN = os.environ.get("BRAID_BIN", str(ROOT / "target" / "release" / "braid"))
 MODEL = os.environ.get("BRAID_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+# The second model (a base model without a chat template); `scripts/fetch-model.sh gemma3-270m`.
+GEMMA_MODEL = os.environ.get("BRAID_GEMMA_MODEL", str(ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
 
 
 # Sixteen different short prompts, for tests that need many distinct requests.
@@ -46,12 +48,12 @@ def free_port() -> int:
 class Server:
     """One `braid serve` process; stopped with SIGTERM so every test run also exercises draining."""
 
-    def __init__(self, *args: str, env: dict | None = None):
+    def __init__(self, *args: str, env: dict | None = None, model: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"braid-e2e-{self.port}.log"
         self.log = open(self.log_path, "w")
-        cmd = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--model", MODEL, *args]
+        cmd = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--model", model or MODEL, *args]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         self.wait_ready()
 

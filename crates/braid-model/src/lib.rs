@@ -43,11 +43,17 @@ pub struct LoadedModel {
     pub path: PathBuf,
     pub model: Model,
     pub tokenizer: Tokenizer,
-    pub chat_template: ChatTemplate,
+    /// None when the GGUF has no template and none was given: the model cannot chat.
+    pub chat_template: Option<ChatTemplate>,
 }
 
 impl LoadedModel {
     pub fn load(path: &Path) -> Result<Self> {
+        Self::load_with_chat_template(path, None)
+    }
+
+    /// Loads the model with `chat_template` (a Jinja source) in place of the GGUF's own.
+    pub fn load_with_chat_template(path: &Path, chat_template: Option<&str>) -> Result<Self> {
         if !path.exists() {
             return Err(ModelError::FileMissing {
                 path: path.to_path_buf(),
@@ -73,14 +79,21 @@ impl LoadedModel {
                 .map(|id| String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned())
                 .unwrap_or_default()
         };
-        let chat_template = ChatTemplate::new(
+        let source = chat_template.or_else(|| {
             ct.metadata
                 .get("tokenizer.chat_template")
                 .and_then(|v| v.to_string().ok())
-                .map(String::as_str),
-            special("tokenizer.ggml.bos_token_id"),
-            special("tokenizer.ggml.eos_token_id"),
-        )?;
+                .map(String::as_str)
+        });
+        let chat_template = source
+            .map(|source| {
+                ChatTemplate::new(
+                    source,
+                    special("tokenizer.ggml.bos_token_id"),
+                    special("tokenizer.ggml.eos_token_id"),
+                )
+            })
+            .transpose()?;
         let weights = weights::load(&ct, path, &config)?;
         Ok(Self {
             path: path.to_path_buf(),

@@ -130,6 +130,7 @@ fn completions() {}
     post,
     path = "/v1/chat/completions",
     tag = "generation",
+    description = "`messages` are rendered into a prompt with the model's chat template: the GGUF's `tokenizer.chat_template`, or the file given with `braid serve --chat-template FILE`, which replaces it. A model with neither (a base model such as Gemma 3 270M) answers every chat request with 400, type `invalid_request_error`, code `no_chat_template`; /v1/completions still works.",
     request_body = ChatCompletionRequest,
     responses(
         (status = 200, description = "The answer; with `stream: true`, server-sent events `data: {ChatCompletionChunk}` ending with `data: [DONE]`.",

@@ -103,6 +103,7 @@ async fn shutdown_signal() {
 /// Binds, then loads the model and starts the engine in the background.
 pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     args.check()?;
+    let chat_template = args.chat_template_source()?;
     let threads = braid_engine::compute_pool::init(args.threads());
     log_kernel(threads);
     let listener = TcpListener::bind((args.host.as_str(), args.port))
@@ -128,6 +129,7 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
         listener,
         app,
         args,
+        chat_template,
         state.clone(),
         shutdown_rx,
         read_timeout,
@@ -164,6 +166,7 @@ async fn run(
     listener: TcpListener,
     app: Router,
     args: ServeArgs,
+    chat_template: Option<String>,
     state: AppState,
     shutdown: watch::Receiver<u32>,
     read_timeout: Duration,
@@ -172,7 +175,7 @@ async fn run(
     let addr = listener.local_addr()?;
     let limit = ConnectionLimit::new(args.max_connections);
     let accept = tokio::spawn(accept_loop(listener, app, read_timeout, limit, stop_rx));
-    let result = lifecycle(&args, &state, shutdown, addr).await;
+    let result = lifecycle(&args, chat_template, &state, shutdown, addr).await;
     let _ = stop_accepting.send(true);
     let _ = accept.await;
     if result.is_ok() {
@@ -184,6 +187,7 @@ async fn run(
 /// Load, start the engine, serve until told to stop, drain.
 async fn lifecycle(
     args: &ServeArgs,
+    chat_template: Option<String>,
     state: &AppState,
     mut shutdown: watch::Receiver<u32>,
     addr: SocketAddr,
@@ -196,7 +200,10 @@ async fn lifecycle(
             Some(m) => braid_model::hub::resolve(&m)?,
             None => path,
         };
-        Ok(LoadedModel::load(&path)?)
+        Ok(LoadedModel::load_with_chat_template(
+            &path,
+            chat_template.as_deref(),
+        )?)
     });
     let model = tokio::select! {
         loaded = load => match loaded.context("model loading panicked")? {
@@ -211,6 +218,13 @@ async fn lifecycle(
             return Ok(());
         }
     };
+    match (&model.chat_template, &args.chat_template) {
+        (None, _) => tracing::warn!(
+            "the model has no chat template: /v1/chat/completions answers 400 (--chat-template FILE supplies one)"
+        ),
+        (Some(_), Some(file)) => tracing::info!("chat template from {}", file.display()),
+        (Some(_), None) => {}
+    }
     let config = model.config().clone();
     let context = config.context_length;
     let limits = Limits {

@@ -9,7 +9,7 @@ use crate::openai_types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, SamplingFields,
 };
 use axum::http::StatusCode;
-use braid_model::{ChatMessage, LoadedModel, SamplingParams};
+use braid_model::{ChatMessage, ChatTemplate, LoadedModel, SamplingParams};
 use serde_json::Value;
 
 /// Request bounds from the model and the server's flags.
@@ -94,6 +94,8 @@ pub enum ValidationError {
     InvalidMessage { index: usize, reason: String },
     #[error("`messages` cannot be rendered with the model's chat template: {0}")]
     Template(String),
+    #[error("this model has no chat template (its GGUF has no `tokenizer.chat_template`, as base models usually do not), so `messages` cannot be turned into a prompt; send the text as a `prompt` to /v1/completions, or start the server with `braid serve --chat-template FILE` to supply a Jinja chat template")]
+    NoChatTemplate,
     #[error("the prompt cannot be tokenized: {0}")]
     Tokenize(String),
     #[error("prompt ({prompt} tokens) + {field} ({max_tokens}) = {total} exceeds the model's context of {context} tokens", total = .prompt + .max_tokens)]
@@ -142,9 +144,9 @@ impl ValidationError {
             ValidationError::TooManyStops { .. } | ValidationError::StopTooLong { .. } => {
                 Some("stop")
             }
-            ValidationError::InvalidMessage { .. } | ValidationError::Template(_) => {
-                Some("messages")
-            }
+            ValidationError::InvalidMessage { .. }
+            | ValidationError::Template(_)
+            | ValidationError::NoChatTemplate => Some("messages"),
         }
     }
 
@@ -155,6 +157,7 @@ impl ValidationError {
             ValidationError::ContextOverflow { .. }
             | ValidationError::PromptFillsContext { .. } => Some("context_length_exceeded"),
             ValidationError::PromptTooLong { .. } => Some("prompt_too_long"),
+            ValidationError::NoChatTemplate => Some("no_chat_template"),
             _ => None,
         }
     }
@@ -216,6 +219,8 @@ pub fn chat(
     limits: &Limits,
 ) -> Result<ValidatedRequest> {
     check_model(req.model.as_deref(), limits)?;
+    // Before the fields: no request can chat with this model, however it is written.
+    chat_template(model)?;
     let f = req.sampling();
     check_single_choice(&f)?;
     let top = alternatives("top_logprobs", req.top_logprobs)?.unwrap_or(0);
@@ -311,15 +316,30 @@ pub fn chat_prompt(
         .enumerate()
         .map(|(i, m)| chat_message(i, m))
         .collect::<Result<Vec<_>>>()?;
-    let text = model
-        .chat_template
+    let template = chat_template(model)?;
+    let text = template
         .render(&msgs, add_generation_prompt)
         .map_err(|e| ValidationError::Template(e.to_string()))?;
-    let tokens = encode(model, &text)?;
+    let mut tokens = encode(model, &text)?;
+    // Templates written for Hugging Face put `bos_token` in the text themselves; where the
+    // tokenizer also adds BOS (a GGUF with add_bos_token, such as Gemma's), the prompt would
+    // start with two, which the model never saw in training. One is dropped.
+    if let Some(bos) = model.tokenizer.token_id(template.bos_token()) {
+        if tokens.len() >= 2 && tokens[0] == bos && tokens[1] == bos {
+            tokens.remove(0);
+        }
+    }
     if tokens.is_empty() {
         return Err(ValidationError::Empty { field: "messages" });
     }
     Ok(tokens)
+}
+
+fn chat_template(model: &LoadedModel) -> Result<&ChatTemplate> {
+    model
+        .chat_template
+        .as_ref()
+        .ok_or(ValidationError::NoChatTemplate)
 }
 
 fn chat_message(index: usize, m: &ChatMessageIn) -> Result<ChatMessage> {

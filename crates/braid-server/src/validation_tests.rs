@@ -328,6 +328,79 @@ fn chat_message_errors() {
     .contains("top_logprobs"));
 }
 
+/// The tiny model loaded again, with `chat_template` in place of its GGUF's ChatML one, or
+/// (given None) with no template at all, as a base model's GGUF has none.
+fn tiny_model_with_template(chat_template: Option<&str>) -> LoadedModel {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    braid_model::tiny_gguf::write(&path, 1).unwrap();
+    let mut m = LoadedModel::load_with_chat_template(&path, chat_template).unwrap();
+    if chat_template.is_none() {
+        m.chat_template = None;
+    }
+    m
+}
+
+#[test]
+fn a_model_without_a_chat_template_refuses_chat_but_completes_prompts() {
+    let m = tiny_model_with_template(None);
+    let req: ChatCompletionRequest = serde_json::from_value(
+        serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}),
+    )
+    .unwrap();
+    let e = chat(&req, &m, &limits()).unwrap_err();
+    assert_eq!(e, ValidationError::NoChatTemplate);
+    assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        (e.param(), e.code()),
+        (Some("messages"), Some("no_chat_template"))
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("no chat template") && msg.contains("braid serve --chat-template FILE"),
+        "{msg}"
+    );
+    let msgs: [ChatMessageIn; 1] =
+        [serde_json::from_value(serde_json::json!({"role": "user", "content": "hi"})).unwrap()];
+    assert_eq!(
+        chat_prompt(&msgs, true, &m).unwrap_err(),
+        ValidationError::NoChatTemplate
+    );
+    let req: CompletionRequest =
+        serde_json::from_value(serde_json::json!({"prompt": "the", "max_tokens": 2})).unwrap();
+    assert!(completion(&req, &m, &limits()).is_ok());
+}
+
+#[test]
+fn a_given_chat_template_replaces_the_models_own() {
+    let gemma = "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+    let m = tiny_model_with_template(Some(gemma));
+    let req: ChatCompletionRequest = serde_json::from_value(
+        serde_json::json!({"messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .unwrap();
+    let want = m
+        .tokenizer
+        .encode("<|im_start|><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n")
+        .unwrap();
+    assert_eq!(chat(&req, &m, &limits()).unwrap().prompt, want);
+}
+
+#[test]
+fn a_prompt_never_starts_with_two_bos_tokens() {
+    // As if the template wrote bos_token and the tokenizer added its own.
+    let m = tiny_model_with_template(Some(
+        "{{ bos_token }}{{ bos_token }}{{ messages[0].content }}",
+    ));
+    let req: ChatCompletionRequest = serde_json::from_value(
+        serde_json::json!({"messages": [{"role": "user", "content": "the"}]}),
+    )
+    .unwrap();
+    let want = m.tokenizer.encode("<|im_start|>the").unwrap();
+    assert_eq!(want[0], m.tokenizer.token_id("<|im_start|>").unwrap());
+    assert_eq!(chat(&req, &m, &limits()).unwrap().prompt, want);
+}
+
 #[test]
 fn prompts_longer_than_the_cap_are_refused() {
     let capped = Limits {
