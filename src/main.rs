@@ -212,7 +212,7 @@ fn run() -> anyhow::Result<()> {
         }
         Command::Generate { prompt, gen } => {
             let m = gen.model.load()?;
-            let ids = m.tokenizer.encode(&prompt)?;
+            let ids = m.tokenizer.encode_prompt(&prompt)?;
             stream(&m, &ids, &gen)?;
         }
         Command::Chat {
@@ -234,7 +234,7 @@ fn run() -> anyhow::Result<()> {
             });
             let ids = m
                 .tokenizer
-                .encode(&m.chat_template.render(&messages, true)?)?;
+                .encode_prompt(&m.chat_template.render(&messages, true)?)?;
             stream(&m, &ids, &gen)?;
         }
         // The server sets up the compute pool itself (`braid_server::start`).
