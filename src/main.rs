@@ -223,7 +223,7 @@ fn run() -> anyhow::Result<()> {
         }
         Command::Generate { prompt, gen } => {
             let m = gen.model.load()?;
-            let ids = m.tokenizer.encode(&prompt)?;
+            let ids = m.tokenizer.encode_prompt(&prompt)?;
             stream(&m, &ids, &gen)?;
         }
         Command::Chat {
@@ -256,7 +256,9 @@ fn run() -> anyhow::Result<()> {
                 role: "user".into(),
                 content: message,
             });
-            let ids = m.tokenizer.encode(&template.render(&messages, true)?)?;
+            let ids = m
+                .tokenizer
+                .encode_prompt(&template.render(&messages, true)?)?;
             stream(&m, &ids, &gen)?;
         }
         // The server sets up the compute pool itself (`braid_server::start`).

@@ -387,10 +387,11 @@ fn chat_message(index: usize, m: &ChatMessageIn) -> Result<ChatMessage> {
     Ok(ChatMessage { role, content })
 }
 
+/// A prompt's ids as the model reads them from its start: with BOS when the model asks for it.
 fn encode(model: &LoadedModel, text: &str) -> Result<Vec<u32>> {
     model
         .tokenizer
-        .encode(text)
+        .encode_prompt(text)
         .map_err(|e| ValidationError::Tokenize(e.to_string()))
 }
 

@@ -22,7 +22,7 @@ pub async fn tokenize(
     let tokens = blocking(&state, move || match (&req.prompt, &req.messages) {
         (Some(prompt), None) => model
             .tokenizer
-            .encode(prompt)
+            .encode_prompt(prompt)
             .map_err(|e| ValidationError::Tokenize(e.to_string())),
         (None, Some(messages)) => {
             validation::chat_prompt(messages, req.add_generation_prompt.unwrap_or(true), &model)
