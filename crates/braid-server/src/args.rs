@@ -17,7 +17,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
 
-    /// Path to a llama-architecture GGUF model file.
+    /// Path to a GGUF model file (llama, qwen2, qwen3 or gemma3 architecture).
     #[arg(long, env = "BRAID_MODEL", default_value = braid_model::DEFAULT_MODEL_PATH)]
     pub model: PathBuf,
 
