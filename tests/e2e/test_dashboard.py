@@ -5,6 +5,7 @@ README's picture); a test run never writes into the checkout by itself."""
 
 import concurrent.futures as cf
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -62,6 +63,8 @@ def test_dashboard_draws_steps_in_headless_chromium(server):
             assert drawn >= 60
             assert page.inner_text("#status") == "live"
             assert page.inner_text("#running") not in ("–", "")
+            # The cost model's error over the steps drawn, p50 / p99: "+4% / +31%".
+            assert re.fullmatch(r"[+-]\d+% / [+-]\d+%", page.inner_text("#prediction")), page.inner_text("#prediction")
             # The canvas has pixels of both colours: decode bars and prompt slices.
             colours = page.evaluate(
                 """() => {

@@ -113,10 +113,23 @@ impl Client {
 
     /// The server's Prometheus text at `/metrics` (beside `/v1`), if it serves one.
     pub async fn metrics(&self) -> Option<String> {
+        let resp = self.get_root("metrics").await?;
+        tokio::time::timeout(Duration::from_secs(10), resp.text())
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// A successful answer to `GET path` beside `/v1` (its headers within 10 s; the body
+    /// may stream for as long as the caller reads it), or `None`.
+    pub async fn get_root(&self, path: &str) -> Option<reqwest::Response> {
         let root = self.base.strip_suffix("/v1").unwrap_or(&self.base);
-        let rb = self.authorized(self.http.get(format!("{root}/metrics")));
-        let resp = rb.timeout(Duration::from_secs(10)).send().await.ok()?;
-        resp.error_for_status().ok()?.text().await.ok()
+        let rb = self.authorized(self.http.get(format!("{root}/{path}")));
+        let resp = tokio::time::timeout(Duration::from_secs(10), rb.send())
+            .await
+            .ok()?
+            .ok()?;
+        resp.error_for_status().ok()
     }
 
     /// The model to ask for: the one given, else the server's first, else "default".

@@ -29,6 +29,7 @@ pub mod record;
 pub mod report;
 pub mod scenario;
 pub mod stats;
+pub mod step_feed;
 
 pub use args::{BenchArgs, Scenario};
 pub use report::Report;

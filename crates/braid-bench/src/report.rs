@@ -110,6 +110,9 @@ pub struct CacheCounters {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InterferenceDetail {
     pub long_prompts: Vec<LongPromptImpact>,
+    /// The server's step cost model against its steps' actual times (braid's step feed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_model: Option<crate::step_feed::PredictionAccuracy>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,11 +241,50 @@ pub fn summary_table(r: &Report) -> String {
             ]);
         }
         out.push_str(&align(&rows));
+        if let Some(cm) = &detail.cost_model {
+            cost_model_table(&mut out, cm);
+        }
     }
     if let Some(detail) = &r.prefix_cache {
         prefix_cache_table(&mut out, r, detail);
     }
     out
+}
+
+fn cost_model_table(out: &mut String, cm: &crate::step_feed::PredictionAccuracy) {
+    let target = cm.target_ms.map_or("no latency target".to_string(), |t| {
+        format!("target {t:.0} ms")
+    });
+    let _ = writeln!(
+        out,
+        "\nstep cost model, (actual - predicted) / predicted over {} steps ({target}; {} steps over it, longest {}):",
+        cm.steps,
+        cm.steps_over_target,
+        cm.longest_step_ms.map_or("-".into(), |m| format!("{m:.1} ms")),
+    );
+    let mut rows = vec![["steps", "n", "min", "p50", "p90", "p99", "max"]
+        .map(String::from)
+        .to_vec()];
+    for (name, s) in [
+        ("all", &cm.all),
+        ("with a prompt slice", &cm.with_prefill),
+        ("decode only", &cm.decode_only),
+    ] {
+        let pct = |v: f64| format!("{:+.1}%", 100.0 * v);
+        rows.push(match s {
+            Some(s) => vec![
+                name.to_string(),
+                s.n.to_string(),
+                pct(s.min),
+                pct(s.p50),
+                pct(s.p90),
+                pct(s.p99),
+                pct(s.max),
+            ],
+            None => vec![name.to_string(), "0".into()],
+        });
+    }
+    out.push_str(&align(&rows));
 }
 
 fn prefix_cache_table(out: &mut String, r: &Report, detail: &PrefixCacheDetail) {

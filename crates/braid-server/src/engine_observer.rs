@@ -19,6 +19,9 @@ pub struct StepRecord {
     pub decode_tokens: usize,
     pub duration_ms: f64,
     pub predicted_ms: Option<f64>,
+    /// How far the step's time was off the cost model's prediction, relative to it:
+    /// `(duration - predicted) / predicted` (0.2 is 20% slower than predicted).
+    pub prediction_error: Option<f64>,
     pub target_ms: Option<f64>,
     pub running: usize,
     pub waiting: usize,
@@ -83,6 +86,10 @@ impl EngineObserver for MetricsObserver {
                 decode_tokens: s.decode_tokens,
                 duration_ms: ms(s.duration),
                 predicted_ms: s.predicted.map(ms),
+                prediction_error: s
+                    .predicted
+                    .filter(|p| !p.is_zero())
+                    .map(|p| s.duration.as_secs_f64() / p.as_secs_f64() - 1.0),
                 target_ms: self.target_ms.get().copied().flatten(),
                 running: s.running,
                 waiting: s.waiting,
@@ -219,6 +226,8 @@ mod tests {
             (record.predicted_ms, record.target_ms),
             (Some(50.0), Some(100.0))
         );
+        // 40 ms against a prediction of 50: 20% faster than predicted.
+        assert!((record.prediction_error.unwrap() + 0.2).abs() < 1e-12);
         assert_eq!(record.itl_ms, [20.0, 30.0]);
     }
 }

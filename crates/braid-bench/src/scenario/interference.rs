@@ -10,6 +10,7 @@ use super::Ctx;
 use crate::args::InterferenceArgs;
 use crate::record::RequestRecord;
 use crate::report::{InterferenceDetail, LongPromptImpact, Report, DECODER, LONG};
+use crate::step_feed::StepFeed;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -23,6 +24,7 @@ pub async fn run(args: &InterferenceArgs) -> anyhow::Result<Report> {
     );
     let planned = args.decoders + args.long_prompts;
     let ctx = Arc::new(Ctx::setup(&args.common, "interference", planned).await?);
+    let feed = StepFeed::start(&ctx.client).await;
     let mut tasks = JoinSet::new();
     for id in 0..args.decoders {
         let ctx = ctx.clone();
@@ -54,6 +56,7 @@ pub async fn run(args: &InterferenceArgs) -> anyhow::Result<Report> {
     ];
     let detail = InterferenceDetail {
         long_prompts: long_prompt_impacts(&records, args.common.stall_ms / 1e3),
+        cost_model: feed.map(StepFeed::finish),
     };
     let params = serde_json::to_value(args)?;
     Ok(ctx.finish(
