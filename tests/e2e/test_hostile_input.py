@@ -98,6 +98,23 @@ BAD = [
     ("unknown route", 404, "POST", "/v1/engines/davinci/completions", {"prompt": "a"}, None, True),
     ("unknown model", 404, "POST", "/v1/completions", {"prompt": "a", "model": "gpt-4"}, None, True),
     ("unknown model card", 404, "GET", "/v1/models/gpt-4", None, None, True),
+    # Nothing silently ignored: fields braid cannot honor, and unknown ones, are refused.
+    ("unknown field", 400, "POST", "/v1/completions", {"prompt": "a", "foo": {"bar": [1, 2, 3]}}, None, True),
+    ("misspelt field", 400, "POST", "/v1/completions", {"prompt": "a", "temprature": 0}, None, True),
+    ("a large unknown field under the body limit", 400, "POST", "/v1/completions", {"prompt": "a", "blob": "x" * 500_000}, None, True),
+    # Unknown fields are skipped without recursion, however deep: no stack to overflow.
+    ("a deeply nested unknown field", 400, "POST", "/v1/completions", ('{"prompt": "a", "x": ' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "}").encode(), None, True),
+    ("audio output", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "audio": {"voice": "alloy", "format": "wav"}}, None, True),
+    ("modalities", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "modalities": ["text", "audio"]}, None, True),
+    ("predicted output", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "prediction": {"type": "content", "content": "x"}}, None, True),
+    ("web search", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "web_search_options": {}}, None, True),
+    ("deprecated functions", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "functions": [{"name": "f"}]}, None, True),
+    ("unknown message field", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a", "audio": {"id": "x"}}]}, None, True),
+    ("user message without content", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user"}]}, None, True),
+    ("logit_bias key not an id", 400, "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"hello": 5}}, None, True),
+    ("logit_bias past 100", 400, "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"5": 1000}}, None, True),
+    ("logit_bias id past the vocabulary", 400, "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"10000000": 1}}, None, True),
+    ("tokenize with a generation field", 400, "POST", "/tokenize", {"prompt": "a", "temperature": 0}, None, True),
     # Keys.
     ("no key", 401, "POST", "/v1/completions", {"prompt": "a"}, None, False),
     ("wrong key", 401, "POST", "/v1/completions", {"prompt": "a"}, {"Authorization": "Bearer sk-wrong"}, False),
@@ -107,16 +124,21 @@ BAD = [
     ("no key on the step feed", 401, "GET", "/debug/steps", None, None, False),
 ]
 
+UNSUPPORTED_CASES = {
+    "unknown field", "misspelt field", "a large unknown field under the body limit",
+    "a deeply nested unknown field", "audio output", "modalities", "predicted output",
+    "web search", "deprecated functions", "unknown message field",
+    "tokenize with a generation field",
+}
+
 # Odd but valid: documented to be answered normally.
 ACCEPTED = [
-    ("unknown fields are ignored", {"prompt": "The sky is", "max_tokens": 3, "foo": {"bar": [1, 2, 3]}, "tools": []}),
+    ("accepted no-ops", {"prompt": "The sky is", "max_tokens": 3, "user": "u-1", "metadata": {"run": "x"}, "store": False, "service_tier": "auto"}),
     ("null fields are defaults", {"prompt": "The sky is", "max_tokens": 3, "stop": None, "temperature": None, "seed": None}),
     ("prompt of only special tokens (text)", {"prompt": "<|im_start|><|im_end|><|endoftext|>", "max_tokens": 3}),
     ("prompt of only special token ids", {"prompt": [1, 2, 0], "max_tokens": 3}),
     ("NUL, RTL and emoji in the prompt", {"prompt": "a\u0000b\u202e\U0001F600\u200d", "max_tokens": 3}),
-    ("a large unknown field under the body limit", {"prompt": "a", "max_tokens": 2, "blob": "x" * 500_000}),
-    # Unknown fields are skipped without recursion, however deep: no stack to overflow.
-    ("a deeply nested unknown field", '{"prompt": "a", "max_tokens": 2, "x": ' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "}"),
+    ("a logit_bias on every sampled token", {"prompt": "a", "max_tokens": 3, "logit_bias": {str(i): -100 for i in range(300)}}),
 ]
 
 
@@ -175,6 +197,9 @@ def test_hostile_requests_get_their_4xx_and_change_nothing(hardened):
                 assert {"message", "type", "param", "code"} <= set(err)
             except Exception as e:  # noqa: BLE001 - reported below with the case's name
                 failures.append(f"{name}: not an OpenAI error body ({e}): {r.text[:200]}")
+            if name in UNSUPPORTED_CASES:
+                err = r.json()["error"]
+                assert err["code"] == "unsupported_parameter" and err["param"], (name, err)
             if status == 401:
                 assert r.headers.get("WWW-Authenticate") == "Bearer", name
                 assert r.json()["error"]["code"] == "invalid_api_key", name

@@ -20,6 +20,7 @@ pub struct ChatMessage {
 
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -44,6 +45,7 @@ impl ChatTemplate {
             .map_err(|e| ModelError::Template(e.to_string()))?;
         Ok(Self {
             env,
+            source: source.to_string(),
             bos_token,
             eos_token,
         })
@@ -65,6 +67,11 @@ impl ChatTemplate {
             ))
         })?;
         Ok(source)
+    }
+
+    /// The Jinja source, as clients that render chats themselves ask for it.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// The text the template's `bos_token` stands for (empty when the GGUF names none).

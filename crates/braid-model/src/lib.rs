@@ -30,7 +30,7 @@ pub use error::{ModelError, Result};
 pub use kv_pool::KvPool;
 pub use model::{BatchEntry, Model, Workspace};
 pub use sampling::{Sampled, Sampler, SamplingParams};
-pub use tokenizer::{IncrementalDecoder, Tokenizer};
+pub use tokenizer::{IncrementalDecoder, NamedTokens, Tokenizer};
 
 use candle_core::quantized::gguf_file::Content;
 use std::path::{Path, PathBuf};

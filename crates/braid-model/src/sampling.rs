@@ -1,6 +1,6 @@
 //! Turning one row of logits into the next token, per request.
 //!
-//! Order as in vLLM: penalties on the raw logits, then temperature, then the min_p / top_k /
+//! Order as in vLLM: the request's logit biases and penalties on the raw logits, then temperature, then the min_p / top_k /
 //! top_p filters, then a draw from a per-request RNG. A request with a seed owns its RNG, so its
 //! output does not depend on what else runs in the same step. Reported logprobs are those of
 //! the model's raw distribution, before any of the request's adjustments.
@@ -25,6 +25,9 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     /// Number of alternatives to report with each token's logprob; None = no logprobs.
     pub logprobs: Option<usize>,
+    /// Added to these tokens' logits before anything else (OpenAI's `logit_bias`); ids are
+    /// inside the vocabulary (checked at validation).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -39,6 +42,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             seed: None,
             logprobs: None,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -106,6 +110,11 @@ impl Sampler {
         let p = self.params.clone();
         self.adjusted.clear();
         self.adjusted.extend_from_slice(logits);
+        for &(t, bias) in &p.logit_bias {
+            if let Some(l) = self.adjusted.get_mut(t as usize) {
+                *l += bias;
+            }
+        }
         if p.repetition_penalty != 1.0 {
             for &t in &self.seen {
                 if let Some(l) = self.adjusted.get_mut(t as usize) {
@@ -248,6 +257,37 @@ mod tests {
         let mut s = Sampler::new(SamplingParams::greedy(), &[]);
         assert_eq!(s.sample(&logits()).token, 1);
         assert_eq!(argmax(&[0.5, 2.0, 2.0]), 1);
+    }
+
+    #[test]
+    fn logit_bias_moves_the_choice_but_not_the_reported_logprobs() {
+        let biased = SamplingParams {
+            logit_bias: vec![(1, -100.0), (5, 3.0)],
+            logprobs: Some(1),
+            ..SamplingParams::greedy()
+        };
+        let mut s = Sampler::new(biased, &[]);
+        let out = s.sample(&logits());
+        assert_eq!(out.token, 5, "0.5 + 3 beats 2.9 once token 1 is banned");
+        let mut plain = Sampler::new(
+            SamplingParams {
+                logprobs: Some(1),
+                ..SamplingParams::greedy()
+            },
+            &[],
+        );
+        let reference = plain.sample(&logits());
+        assert_eq!(out.top, reference.top, "logprobs are the model's own");
+        let banned = SamplingParams {
+            temperature: 1.0,
+            seed: Some(3),
+            logit_bias: vec![(1, -100.0), (4, -100.0), (2, -100.0)],
+            ..Default::default()
+        };
+        let mut s = Sampler::new(banned, &[]);
+        for _ in 0..200 {
+            assert!(![1, 2, 4].contains(&s.sample(&logits()).token));
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::auth::require_key;
 use crate::error::{ApiError, ErrorMessage};
 use crate::openapi::openapi_json;
 use crate::routes::{
-    chat, completions, dashboard, fallback, health, metrics_route, models, tokenize,
+    chat, completions, dashboard, fallback, health, metrics_route, models, tokenize, tokenizer_info,
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -35,6 +35,7 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .route("/v1/models/{id}", get(models::get_model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/tokenizer_info", get(tokenizer_info::tokenizer_info))
         .route("/health", get(health::health))
         .route("/metrics", get(metrics_route::metrics))
         .route("/dashboard", get(dashboard::dashboard))

@@ -2,14 +2,17 @@
 //! of the wrong content type (415), not JSON, or of the wrong shape (400) gets OpenAI's error
 //! JSON with serde's message naming the field, never axum's plain-text 422.
 //!
+//! Fields the body type does not declare are checked by `request_fields` (nothing is
+//! silently ignored).
+//!
 //! A missing `Content-Type` is accepted as JSON (curl users forget it; the body decides).
 
 use crate::error::ApiError;
+use crate::request_fields::{self, RequestFields};
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, StatusCode};
-use serde::de::DeserializeOwned;
 
 pub struct ApiJson<T>(pub T);
 
@@ -23,7 +26,7 @@ fn is_json(content_type: &str) -> bool {
     mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
 }
 
-impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+impl<T: RequestFields> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
@@ -43,6 +46,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
             .map_err(|r| ApiError::from_bytes_rejection(r, limit))?;
         let axum::Json(value) =
             axum::Json::<T>::from_bytes(&bytes).map_err(ApiError::from_json_rejection)?;
+        request_fields::check::<T>(&bytes)?;
         Ok(ApiJson(value))
     }
 }

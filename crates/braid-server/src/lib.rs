@@ -17,6 +17,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod openai_types;
 pub mod openapi;
+pub mod request_fields;
 pub mod routes;
 pub mod server;
 pub mod sse;

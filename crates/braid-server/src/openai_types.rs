@@ -3,9 +3,11 @@
 //!
 //! Request types are deliberately loose: every field is optional, fields whose JSON type
 //! varies (`prompt`, `stop`, message `content`) stay `serde_json::Value`, and unknown fields
-//! are ignored (clients send extras). Deciding what is acceptable, with a message that names
-//! the field and the bound, is `validation.rs`'s job, not serde's.
+//! are left to `request_fields`, which refuses what is neither declared nor a documented
+//! no-op. Deciding what is acceptable, with a message that names the field and the bound,
+//! is `validation.rs`'s job, not serde's.
 
+use crate::request_fields::RequestFields;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -43,6 +45,8 @@ pub struct SamplingFields {
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
     pub user: Option<String>,
+    /// Token id (as a string, as OpenAI sends it) → bias added to its logit.
+    pub logit_bias: Option<BTreeMap<String, f64>>,
 }
 
 /// Declares a request type: its own fields, then the sampling and stopping fields that both
@@ -81,6 +85,14 @@ macro_rules! request_with_sampling {
             #[schema(minimum = 1, maximum = 1)]
             pub n: Option<i64>,
             pub user: Option<String>,
+            /// Token id (a string, as OpenAI's JSON keys are) → bias from -100 to 100 added
+            /// to that token's logit before sampling; -100 bans it, 100 all but forces it.
+            #[schema(value_type = Option<BTreeMap<String, f64>>)]
+            pub logit_bias: Option<BTreeMap<String, f64>>,
+        }
+
+        impl RequestFields for $name {
+            const OPENAI_BODY: bool = true;
         }
 
         impl $name {
@@ -101,6 +113,7 @@ macro_rules! request_with_sampling {
                     stream_options: self.stream_options.clone(),
                     n: self.n,
                     user: self.user.clone(),
+                    logit_bias: self.logit_bias.clone(),
                 }
             }
         }
@@ -298,7 +311,12 @@ pub struct TokenizeRequest {
     pub messages: Option<Vec<ChatMessageIn>>,
     /// With `messages`: end the rendering with the assistant's turn opener (default true).
     pub add_generation_prompt: Option<bool>,
+    /// With `prompt`: put BOS in front where the model's tokenizer asks for it, as a
+    /// completion prompt gets (default true). lm-evaluation-harness sends false.
+    pub add_special_tokens: Option<bool>,
 }
+
+impl RequestFields for TokenizeRequest {}
 
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct TokenizeResponse {
@@ -307,12 +325,33 @@ pub struct TokenizeResponse {
     pub max_model_len: usize,
 }
 
+/// GET /tokenizer_info, in vLLM's shape (Hugging Face's tokenizer-config names).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct TokenizerInfoResponse {
+    pub tokenizer_class: &'static str,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    pub pad_token: Option<String>,
+    pub unk_token: Option<String>,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: Option<u32>,
+    pub pad_token_id: Option<u32>,
+    /// Whether a completion prompt gets BOS in front (/tokenize's `add_special_tokens`).
+    pub add_bos_token: bool,
+    /// The Jinja source /v1/chat/completions renders with; null for a model without one.
+    pub chat_template: Option<String>,
+    pub model_max_length: usize,
+    pub vocab_size: usize,
+}
+
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct DetokenizeRequest {
     pub model: Option<String>,
     #[schema(value_type = Option<Vec<u32>>)]
     pub tokens: Option<Vec<i64>>,
 }
+
+impl RequestFields for DetokenizeRequest {}
 
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct DetokenizeResponse {

@@ -9,8 +9,9 @@ use crate::error::ErrorBody;
 use crate::openai_types::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
     CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
-    TokenizeRequest, TokenizeResponse,
+    TokenizeRequest, TokenizeResponse, TokenizerInfoResponse,
 };
+use crate::request_fields::{ACCEPTED_MESSAGE_NOOPS, ACCEPTED_NOOPS, UNSUPPORTED};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
@@ -33,6 +34,7 @@ use utoipa::{Modify, OpenApi};
         get_model,
         tokenize,
         detokenize,
+        tokenizer_info,
         health,
         metrics
     ),
@@ -78,7 +80,54 @@ pub fn document(served_model_name: &str) -> Value {
             }
         }
     }
+    document_field_groups(&mut doc);
     doc
+}
+
+/// Writes `request_fields`' groups into the document: request bodies take no properties
+/// besides those listed, the accepted no-ops are listed as such, and the refused OpenAI
+/// fields are named in the description with their reasons.
+fn document_field_groups(doc: &mut Value) {
+    let noops = |list: &[(&str, &str)]| {
+        list.iter()
+            .map(|(name, why)| {
+                let described =
+                    json!({"description": format!("Accepted; it has no effect: {why}.")});
+                (name.to_string(), described)
+            })
+            .collect::<Vec<_>>()
+    };
+    let groups = [
+        ("CompletionRequest", noops(ACCEPTED_NOOPS)),
+        ("ChatCompletionRequest", noops(ACCEPTED_NOOPS)),
+        ("ChatMessageIn", noops(ACCEPTED_MESSAGE_NOOPS)),
+        ("TokenizeRequest", vec![]),
+        ("DetokenizeRequest", vec![]),
+    ];
+    for (schema, extra) in groups {
+        let Some(obj) = doc
+            .pointer_mut(&format!("/components/schemas/{schema}"))
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        obj.insert("additionalProperties".into(), json!(false));
+        if let Some(props) = obj.get_mut("properties").and_then(Value::as_object_mut) {
+            for (name, described) in extra {
+                props.entry(name).or_insert(described);
+            }
+        }
+    }
+    let refused = UNSUPPORTED
+        .iter()
+        .map(|(name, why)| format!("`{name}` ({why})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Some(Value::String(d)) = doc.pointer_mut("/info/description") {
+        d.push_str(&format!(
+            " Every request field is honored, listed as an accepted no-op, or refused with 400 and code `unsupported_parameter` naming it: unknown fields, and these OpenAI fields: {refused}."
+        ));
+    }
 }
 
 pub async fn openapi_json(State(state): State<AppState>) -> Response {
@@ -206,6 +255,21 @@ fn detokenize() {}
 
 #[utoipa::path(
     get,
+    path = "/tokenizer_info",
+    tag = "tokenizer",
+    description = "vLLM's endpoint: the tokenizer's named tokens and the chat template, for clients that tokenize with the server's own tokenizer (lm-evaluation-harness's `tokenizer_backend=remote`).",
+    responses(
+        (status = 200, description = "The tokenizer's configuration", body = TokenizerInfoResponse),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn tokenizer_info() {}
+
+#[utoipa::path(
+    get,
     path = "/health",
     tag = "operations",
     responses(
@@ -245,6 +309,7 @@ mod tests {
             "/v1/models/{id}",
             "/tokenize",
             "/detokenize",
+            "/tokenizer_info",
             "/health",
             "/metrics",
         ] {
@@ -263,6 +328,16 @@ mod tests {
             assert!(completion.get(field).is_some(), "CompletionRequest.{field}");
         }
         assert_eq!(completion["prompt"]["oneOf"].as_array().unwrap().len(), 3);
+        assert!(completion["logit_bias"].is_object());
+        assert!(completion["metadata"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("no effect"));
+        assert_eq!(schemas["CompletionRequest"]["additionalProperties"], false);
+        assert!(doc["info"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("`audio`"));
         assert_eq!(completion["model"]["enum"], json!(["tiny", null]));
         assert_eq!(completion["temperature"]["maximum"], 2.0);
         assert_eq!(

@@ -273,7 +273,7 @@ impl Decoding {
         limits: &Limits,
     ) -> Result<Self> {
         Ok(Self {
-            params: sampling(f, logprobs)?,
+            params: sampling(f, logprobs, limits)?,
             stop_strings: stop_strings(f, limits)?,
             stop_token_ids: stop_token_ids(f, model, limits)?,
             stream: f.stream.unwrap_or(false),
@@ -354,7 +354,13 @@ fn chat_message(index: usize, m: &ChatMessageIn) -> Result<ChatMessage> {
     };
     let content = match &m.content {
         Value::String(s) => s.clone(),
-        Value::Null => String::new(),
+        // Only an assistant turn may come without text (OpenAI's rule: one that called tools).
+        Value::Null if role == "assistant" => String::new(),
+        Value::Null => {
+            return Err(bad(format!(
+                "needs `content`: a {role} message must say something"
+            )))
+        }
         Value::Array(parts) => {
             let mut texts = Vec::with_capacity(parts.len());
             for (j, part) in parts.iter().enumerate() {
@@ -493,7 +499,11 @@ fn float(
     Ok(y)
 }
 
-fn sampling(f: &SamplingFields, logprobs: Option<usize>) -> Result<SamplingParams> {
+fn sampling(
+    f: &SamplingFields,
+    logprobs: Option<usize>,
+    limits: &Limits,
+) -> Result<SamplingParams> {
     let temperature = float(
         "temperature",
         f.temperature,
@@ -552,7 +562,34 @@ fn sampling(f: &SamplingFields, logprobs: Option<usize>) -> Result<SamplingParam
         frequency_penalty,
         seed: f.seed.map(|s| s as u64),
         logprobs,
+        logit_bias: logit_bias(f, limits)?,
     })
+}
+
+/// OpenAI's `logit_bias`: keys are token ids written as strings, values from -100 to 100.
+fn logit_bias(f: &SamplingFields, limits: &Limits) -> Result<Vec<(u32, f32)>> {
+    let Some(map) = &f.logit_bias else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(map.len());
+    for (key, &bias) in map {
+        let id: i64 = key.trim().parse().map_err(|_| ValidationError::WrongShape {
+            field: "logit_bias",
+            expected: "an object whose keys are token ids (\"15339\") and whose values are numbers from -100 to 100",
+        })?;
+        if id < 0 || id as u64 >= limits.vocab_size as u64 {
+            return Err(ValidationError::TokenOutOfVocab {
+                field: "logit_bias",
+                id,
+                vocab: limits.vocab_size,
+            });
+        }
+        if !bias.is_finite() || !(-100.0..=100.0).contains(&bias) {
+            return Err(out_of_range("logit_bias", ">= -100 and <= 100", bias));
+        }
+        out.push((id as u32, bias as f32));
+    }
+    Ok(out)
 }
 
 fn stop_strings(f: &SamplingFields, limits: &Limits) -> Result<Vec<String>> {

@@ -127,7 +127,7 @@ fn non_finite_numbers_are_rejected() {
         ..Default::default()
     };
     assert!(matches!(
-        sampling(&f, None),
+        sampling(&f, None, &limits()),
         Err(ValidationError::NotFinite {
             field: "temperature",
             ..
@@ -138,7 +138,7 @@ fn non_finite_numbers_are_rejected() {
         ..Default::default()
     };
     assert!(matches!(
-        sampling(&f, None),
+        sampling(&f, None, &limits()),
         Err(ValidationError::NotFinite { field: "top_p", .. })
     ));
 }
@@ -326,6 +326,35 @@ fn chat_message_errors() {
         serde_json::json!({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})
     )
     .contains("top_logprobs"));
+    assert_eq!(
+        err(serde_json::json!({"messages": [{"role": "user"}]})),
+        "`messages[0]` needs `content`: a user message must say something"
+    );
+    assert!(chat_json(serde_json::json!({"messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": null},
+        {"role": "user", "content": "again"}]}))
+    .is_ok());
+}
+
+#[test]
+fn logit_bias_is_checked_and_carried() {
+    let r =
+        completion_json(serde_json::json!({"prompt": "a", "logit_bias": {"5": -100, " 7": 2.5}}))
+            .unwrap();
+    assert_eq!(r.params.logit_bias, vec![(7, 2.5), (5, -100.0)]);
+    let err = |v: serde_json::Value| completion_json(v).unwrap_err().to_string();
+    assert!(
+        err(serde_json::json!({"prompt": "a", "logit_bias": {"x": 1}}))
+            .contains("keys are token ids")
+    );
+    assert!(
+        err(serde_json::json!({"prompt": "a", "logit_bias": {"5": 101}}))
+            .contains("`logit_bias` must be >= -100 and <= 100")
+    );
+    assert!(
+        err(serde_json::json!({"prompt": "a", "logit_bias": {"99999999": 1}}))
+            .contains("outside the vocabulary")
+    );
 }
 
 /// The tiny model loaded again, with `chat_template` in place of its GGUF's ChatML one, or

@@ -89,6 +89,19 @@ pub struct Tokenizer {
     eos_ids: Vec<u32>,
     bos_id: Option<u32>,
     add_bos: bool,
+    named: NamedTokens,
+}
+
+/// The tokens the GGUF names for their roles, as Hugging Face's tokenizer config names
+/// them: clients that tokenize on their own (lm-evaluation-harness) ask for these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamedTokens {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub pad: Option<u32>,
+    pub unk: Option<u32>,
+    /// Whether a prompt gets BOS in front (`tokenizer.ggml.add_bos_token`).
+    pub add_bos: bool,
 }
 
 fn strings(ct: &Content, key: &str) -> Result<Option<Vec<String>>> {
@@ -233,6 +246,14 @@ impl Tokenizer {
 
         let bos_id = id("tokenizer.ggml.bos_token_id").filter(|&b| (b as usize) < n);
         let add_bos = flag("tokenizer.ggml.add_bos_token").unwrap_or(default_add_bos);
+        let in_vocab = |key: &str| id(key).filter(|&t| (t as usize) < n);
+        let named = NamedTokens {
+            bos: bos_id,
+            eos: in_vocab("tokenizer.ggml.eos_token_id"),
+            pad: in_vocab("tokenizer.ggml.padding_token_id"),
+            unk: in_vocab("tokenizer.ggml.unknown_token_id"),
+            add_bos,
+        };
         let strip_leading_space = matches!(
             model,
             Model::Spm {
@@ -250,7 +271,12 @@ impl Tokenizer {
             eos_ids,
             bos_id,
             add_bos,
+            named,
         })
+    }
+
+    pub fn named_tokens(&self) -> NamedTokens {
+        self.named
     }
 
     /// Token ids of `text` as it is, without BOS; special tokens written in the text

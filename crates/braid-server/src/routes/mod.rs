@@ -9,6 +9,7 @@ pub mod health;
 pub mod metrics_route;
 pub mod models;
 pub mod tokenize;
+pub mod tokenizer_info;
 
 use crate::error::ApiError;
 use crate::generation::Generation;

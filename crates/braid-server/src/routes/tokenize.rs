@@ -20,10 +20,12 @@ pub async fn tokenize(
     validation::check_model(req.model.as_deref(), &ready.limits)?;
     let model = ready.model.clone();
     let tokens = blocking(&state, move || match (&req.prompt, &req.messages) {
-        (Some(prompt), None) => model
-            .tokenizer
-            .encode_prompt(prompt)
-            .map_err(|e| ValidationError::Tokenize(e.to_string())),
+        (Some(prompt), None) => if req.add_special_tokens.unwrap_or(true) {
+            model.tokenizer.encode_prompt(prompt)
+        } else {
+            model.tokenizer.encode(prompt)
+        }
+        .map_err(|e| ValidationError::Tokenize(e.to_string())),
         (None, Some(messages)) => {
             validation::chat_prompt(messages, req.add_generation_prompt.unwrap_or(true), &model)
         }
