@@ -83,8 +83,10 @@ def test_tokenizer_info_names_the_special_tokens(server):
     r = requests.get(server.url + "/tokenizer_info", timeout=30)
     assert r.status_code == 200
     info = r.json()
-    assert info["eos_token"] == "<|endoftext|>" and info["bos_token"] == "<|endoftext|>", info
-    assert info["eos_token_id"] == 0 and info["model_max_length"] >= 2048
+    # SmolLM2-Instruct's GGUF names the chat markers as its BOS and EOS and adds no BOS.
+    assert info["eos_token"] == "<|im_end|>" and info["bos_token"] == "<|im_start|>", info
+    assert info["eos_token_id"] == 2 and info["bos_token_id"] == 1 and not info["add_bos_token"]
+    assert info["model_max_length"] >= 2048
     assert "<|im_start|>" in info["chat_template"]
     assert info["vocab_size"] == 49152
     ids = lambda **body: requests.post(server.url + "/tokenize", json=body, timeout=30).json()["tokens"]  # noqa: E731

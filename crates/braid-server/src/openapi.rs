@@ -61,7 +61,7 @@ impl Modify for BearerAuth {
 }
 
 /// The document for a server serving `served_model_name`: every request type's `model` is
-/// that id or absent, so clients and fuzzers know the one accepted value.
+/// that id, empty or absent, so clients and fuzzers know the accepted values.
 pub fn document(served_model_name: &str) -> Value {
     static BASE: OnceLock<Value> = OnceLock::new();
     let mut doc = BASE
@@ -75,8 +75,8 @@ pub fn document(served_model_name: &str) -> Value {
     {
         for schema in schemas.values_mut() {
             if let Some(model) = schema.pointer_mut("/properties/model") {
-                model["enum"] = json!([served_model_name, null]);
-                model["description"] = json!("The served model's id; may be omitted.");
+                model["enum"] = json!([served_model_name, "", null]);
+                model["description"] = json!("The served model's id; may be empty or omitted.");
             }
         }
     }
@@ -338,11 +338,11 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("`audio`"));
-        assert_eq!(completion["model"]["enum"], json!(["tiny", null]));
+        assert_eq!(completion["model"]["enum"], json!(["tiny", "", null]));
         assert_eq!(completion["temperature"]["maximum"], 2.0);
         assert_eq!(
             schemas["ChatCompletionRequest"]["properties"]["model"]["enum"],
-            json!(["tiny", null])
+            json!(["tiny", "", null])
         );
         let statuses = |path: &str| -> Vec<String> {
             doc["paths"][path]["post"]["responses"]
