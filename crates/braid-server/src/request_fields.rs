@@ -167,7 +167,7 @@ mod tests {
     fn refused<T: RequestFields>(body: &str) -> Option<(String, String)> {
         check::<T>(body.as_bytes()).err().map(|e| {
             assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
-            assert_eq!(e.detail.code.as_deref(), Some("unsupported_parameter"));
+            assert_eq!(e.detail.code, Some("unsupported_parameter"));
             (e.detail.param.clone().unwrap(), e.detail.message.clone())
         })
     }
