@@ -23,6 +23,7 @@ impl Engine {
                     start: c.start,
                     block_table: &cal.block_tables[c.slot],
                     sample: true,
+                    all_logits: false,
                 })
                 .collect();
             let t = Instant::now();

@@ -19,7 +19,7 @@ use crate::config::EngineConfig;
 use crate::handle::{EngineHandle, EngineShared, Submitted};
 use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
 use crate::request::{EngineEvent, EngineRequest, Finished};
-use braid_model::{BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
+use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
 use braid_sched::{
     FinishReason, Scheduler, SchedulerConfig, SeqId, StepFeatures, StepPlan, StopConditions,
 };
@@ -94,6 +94,10 @@ struct Active {
     events: UnboundedSender<EngineEvent>,
     sampler: Sampler,
     prompt_tokens: usize,
+    /// The prompt being scored, until its scores are sent.
+    scores: Option<PromptScores>,
+    /// `max_tokens: 0`: the one token sampled after the prompt is not sent.
+    score_only: bool,
     arrival: Instant,
     /// Its place in the waiting queue, until first scheduled.
     waiting: Option<OwnedSemaphorePermit>,
@@ -173,6 +177,7 @@ impl Engine {
             id,
             prompt,
             max_tokens,
+            score_prompt,
             params,
             stop_token_ids,
             arrival,
@@ -182,11 +187,16 @@ impl Engine {
         let arrival_secs = arrival.saturating_duration_since(self.epoch).as_secs_f64();
         let prompt_tokens = prompt.len();
         let sampler = Sampler::new(params, &prompt);
+        let scores = score_prompt.map(|top| PromptScores::new(&prompt, top));
         let stop = StopConditions {
-            max_new_tokens: max_tokens,
+            max_new_tokens: max_tokens.max(1),
             stop_token_ids,
         };
-        if let Err(e) = self.sched.add(id, prompt, stop, arrival_secs) {
+        let added = match scores {
+            Some(_) => self.sched.add_scored(id, prompt, stop, arrival_secs),
+            None => self.sched.add(id, prompt, stop, arrival_secs),
+        };
+        if let Err(e) = added {
             tracing::warn!(parent: &span, "the scheduler refused the request: {e}");
             let _ = events.send(EngineEvent::Failed(e.to_string()));
             return;
@@ -199,6 +209,8 @@ impl Engine {
                 events,
                 sampler,
                 prompt_tokens,
+                scores,
+                score_only: max_tokens == 0,
                 arrival,
                 waiting: Some(sub.waiting),
                 first_token: None,
@@ -267,6 +279,7 @@ impl Engine {
                 .map(|&(_, reason, cached)| (reason, cached));
             let timing = match end {
                 Some((FinishReason::Stop, _)) => None,
+                _ if a.score_only => None,
                 _ => {
                     let timing = match a.last_token {
                         Some(last) => {
@@ -315,9 +328,13 @@ impl Engine {
 
     /// Sends one sampled token to its request, and the ending if it was the last.
     fn send(&mut self, out: Outgoing) {
-        let Some(a) = self.active.get(&out.id) else {
+        let Some(a) = self.active.get_mut(&out.id) else {
             return;
         };
+        if let Some(scores) = a.scores.take() {
+            let _ = a.events.send(EngineEvent::PromptScored(scores.scored));
+        }
+        let a = &*a;
         if let Some(timing) = out.timing {
             self.observer.request(out.id, &RequestEvent::Token(timing));
         }
@@ -354,6 +371,7 @@ impl Engine {
                 start: c.start,
                 block_table: &seq.block_table,
                 sample: c.sample,
+                all_logits: c.all_logits,
             });
         }
         let logits = self
@@ -361,16 +379,30 @@ impl Engine {
             .model
             .forward(&entries, &mut self.kv, &mut self.ws)?;
         let vocab = self.model.config().vocab_size;
+        let row_logits = |row: usize| &logits[row * vocab..(row + 1) * vocab];
         let mut out = Vec::with_capacity(plan.num_samples());
-        for (row, c) in plan.chunks.iter().filter(|c| c.sample).enumerate() {
+        let mut row = 0;
+        for c in &plan.chunks {
             let a = self
                 .active
                 .get_mut(&c.seq)
                 .expect("planned sequence is active");
-            out.push((
-                c.seq,
-                a.sampler.sample(&logits[row * vocab..(row + 1) * vocab]),
-            ));
+            let rows = match (c.all_logits, c.sample) {
+                (true, _) => c.len,
+                (false, true) => 1,
+                (false, false) => 0,
+            };
+            if c.all_logits {
+                if let Some(scores) = a.scores.as_mut() {
+                    for i in 0..c.len {
+                        scores.score(c.start + i, row_logits(row + i));
+                    }
+                }
+            }
+            if c.sample {
+                out.push((c.seq, a.sampler.sample(row_logits(row + rows - 1))));
+            }
+            row += rows;
         }
         Ok(out)
     }
@@ -458,6 +490,39 @@ impl Engine {
         self.shared
             .kv_usage_ppm
             .store((self.sched.kv_usage() * 1e6) as u64, Ordering::Release);
+    }
+}
+
+/// A prompt being scored: each token's log-probability under the logits of the row before it.
+struct PromptScores {
+    top: usize,
+    /// One per prompt token; the first is never scored (nothing comes before it).
+    scored: Vec<Sampled>,
+    scratch: Vec<(f32, u32)>,
+}
+
+impl PromptScores {
+    fn new(prompt: &[u32], top: usize) -> Self {
+        Self {
+            top,
+            scored: prompt
+                .iter()
+                .map(|&token| Sampled {
+                    token,
+                    logprob: None,
+                    top: Vec::new(),
+                })
+                .collect(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Scores the token after `position` with that position's logits. Positions past the
+    /// prompt (recomputed generated tokens after a preemption) are not the prompt's.
+    fn score(&mut self, position: usize, logits: &[f32]) {
+        if let Some(next) = self.scored.get_mut(position + 1) {
+            *next = score_token(logits, next.token, self.top, &mut self.scratch);
+        }
     }
 }
 

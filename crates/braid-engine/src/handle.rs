@@ -91,7 +91,8 @@ impl EngineHandle {
         if !self.shared.alive.load(Ordering::Acquire) {
             return Err(SubmitError::EngineStopped);
         }
-        self.sched.check_request(req.prompt.len(), req.max_tokens)?;
+        self.sched
+            .check_request(req.prompt.len(), req.max_tokens.max(1))?;
         let waiting = self
             .shared
             .waiting
@@ -141,6 +142,7 @@ mod tests {
             id: h.next_request_id(),
             prompt: vec![1, 2, 3],
             max_tokens: 4,
+            score_prompt: None,
             params: SamplingParams::greedy(),
             stop_token_ids: vec![],
             arrival: Instant::now(),

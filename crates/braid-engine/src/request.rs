@@ -14,7 +14,11 @@ use tokio::sync::mpsc::UnboundedSender;
 pub struct EngineRequest {
     pub id: u64,
     pub prompt: Vec<u32>,
+    /// 0 scores the prompt and generates nothing (`echo` with `logprobs` and `max_tokens: 0`).
     pub max_tokens: usize,
+    /// Score the prompt: each prompt token's log-probability, with this many alternatives,
+    /// arrives as `EngineEvent::PromptScored` before the first token.
+    pub score_prompt: Option<usize>,
     pub params: SamplingParams,
     /// Generation ends when one of these is sampled (empty with `ignore_eos`). The stop token
     /// itself is not part of the output.
@@ -37,6 +41,9 @@ pub struct Finished {
 
 #[derive(Debug)]
 pub enum EngineEvent {
+    /// The prompt's tokens with their log-probabilities (the first one has none), once the
+    /// whole prompt is read; only for requests with `score_prompt`.
+    PromptScored(Vec<Sampled>),
     /// A generated token (never a stop token); `finished` is set on the last one, when the
     /// token limit or the context ended the request (nothing follows it).
     Token {

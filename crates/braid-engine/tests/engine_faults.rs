@@ -70,6 +70,7 @@ fn request(
         id: h.next_request_id(),
         prompt,
         max_tokens,
+        score_prompt: None,
         params: SamplingParams::greedy(),
         stop_token_ids,
         arrival: Instant::now(),

@@ -95,6 +95,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                 start: 0,
                 block_table: &table,
                 sample: true,
+                all_logits: false,
             }],
             &mut kv,
             &mut ws,
@@ -126,6 +127,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                     start: 0,
                     block_table: &tables[0],
                     sample: false,
+                    all_logits: false,
                 }],
                 &mut kv,
                 &mut ws,
@@ -141,6 +143,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                         start: tail,
                         block_table: tbl,
                         sample: false,
+                        all_logits: false,
                     }],
                     &mut kv,
                     &mut ws,
@@ -157,6 +160,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                     start: opts.context + step,
                     block_table: &tables[s],
                     sample: true,
+                    all_logits: false,
                 })
                 .collect();
             let t = Instant::now();

@@ -66,6 +66,7 @@ pub fn generate(
             start,
             block_table: &table,
             sample: end == prompt.len(),
+            all_logits: false,
         };
         let out = m.model.forward(&[entry], &mut kv, &mut ws)?;
         if entry.sample {
@@ -89,6 +90,7 @@ pub fn generate(
             start: pos,
             block_table: &table,
             sample: true,
+            all_logits: false,
         };
         logits = m.model.forward(&[entry], &mut kv, &mut ws)?.to_vec();
         pos += 1;

@@ -29,7 +29,7 @@ pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use kv_pool::KvPool;
 pub use model::{BatchEntry, Model, Workspace};
-pub use sampling::{Sampled, Sampler, SamplingParams};
+pub use sampling::{score_token, Sampled, Sampler, SamplingParams};
 pub use tokenizer::{IncrementalDecoder, NamedTokens, Tokenizer};
 
 use candle_core::quantized::gguf_file::Content;

@@ -5,7 +5,8 @@
 //! weights once for everybody (decode is memory-bound: that is where batching pays); attention
 //! is the only part that runs per sequence, against that sequence's blocks in the KV pool.
 //! Logits are computed only for the rows that will be sampled: the output layer is the
-//! largest matrix of a small model, and a prompt slice needs only its last row, if any.
+//! largest matrix of a small model, and a prompt slice needs only its last row, if any, unless
+//! its prompt is being scored (`echo` with `logprobs`), which wants every row.
 
 use crate::attention::{
     attend_group, combine, partial_len, parts_for, GroupTask, Scratch, ROW_TILE,
@@ -36,6 +37,9 @@ pub struct BatchEntry<'a> {
     pub block_table: &'a [u32],
     /// Whether the last row's logits are wanted.
     pub sample: bool,
+    /// Whether every row's logits are wanted (scoring a prompt: each row's logits give the
+    /// next token's log-probability); implies the last row's.
+    pub all_logits: bool,
 }
 
 /// Buffers reused from step to step, so the hot path does not allocate once warmed up.
@@ -124,8 +128,8 @@ impl Model {
         Ok(())
     }
 
-    /// Runs the step and returns the logits of the sampled entries, in batch order,
-    /// `vocab_size` floats each.
+    /// Runs the step and returns the logits of the wanted rows, in batch order, `vocab_size`
+    /// floats each: every row of an `all_logits` entry, the last row of a `sample` entry.
     pub fn forward<'w>(
         &self,
         batch: &[BatchEntry],
@@ -290,17 +294,19 @@ impl Model {
             );
         }
 
-        let mut last_rows = Vec::new();
+        let mut wanted_rows = Vec::new();
         let mut row = 0;
         for e in batch {
-            row += e.tokens.len();
-            if e.sample {
-                last_rows.push(row - 1);
+            if e.all_logits {
+                wanted_rows.extend(row..row + e.tokens.len());
+            } else if e.sample {
+                wanted_rows.push(row + e.tokens.len() - 1);
             }
+            row += e.tokens.len();
         }
-        let s = last_rows.len();
+        let s = wanted_rows.len();
         ws.last.resize(s * h, 0.0);
-        for (i, &r) in last_rows.iter().enumerate() {
+        for (i, &r) in wanted_rows.iter().enumerate() {
             ws.last[i * h..(i + 1) * h].copy_from_slice(&ws.x[r * h..(r + 1) * h]);
         }
         ws.h.resize(s * h, 0.0);

@@ -223,6 +223,24 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// Scores a token that was given rather than sampled (a prompt token, for `echo` with
+/// `logprobs` or `prompt_logprobs`): its log-probability under `logits` and the `top` most
+/// likely tokens. The same arithmetic as a sampled token's, so a token that is also the top
+/// one carries the same number in both places (lm-evaluation-harness compares them).
+pub fn score_token(
+    logits: &[f32],
+    token: u32,
+    top: usize,
+    scratch: &mut Vec<(f32, u32)>,
+) -> Sampled {
+    let (logprob, top) = log_softmax_top(logits, token, top, scratch);
+    Sampled {
+        token,
+        logprob: Some(logprob),
+        top,
+    }
+}
+
 fn log_softmax_top(
     logits: &[f32],
     token: u32,
@@ -250,6 +268,18 @@ mod tests {
 
     fn logits() -> Vec<f32> {
         vec![1.0, 3.0, 2.0, -1.0, 2.9, 0.5]
+    }
+
+    #[test]
+    fn a_scored_token_that_is_the_top_one_has_the_same_logprob_in_both_places() {
+        let mut scratch = Vec::new();
+        let s = score_token(&logits(), 1, 2, &mut scratch);
+        assert_eq!(s.top[0].0, 1);
+        assert_eq!(s.logprob, Some(s.top[0].1));
+        let other = score_token(&logits(), 3, 1, &mut scratch);
+        assert!(other.logprob.unwrap() < other.top[0].1);
+        let total: f32 = logits().iter().map(|&l| (l - 3.0).exp()).sum();
+        assert!((other.logprob.unwrap() - (-4.0 - total.ln())).abs() < 1e-5);
     }
 
     #[test]

@@ -78,6 +78,7 @@ fn braid_steps(m: &LoadedModel, prompt: &[u32], generated: &[u32]) -> Vec<Vec<f3
             start,
             block_table: &table,
             sample: true,
+            all_logits: false,
         };
         let logits = m
             .model

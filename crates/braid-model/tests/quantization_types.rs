@@ -30,6 +30,7 @@ fn logits(path: &Path) -> (Vec<Vec<f32>>, bool) {
             start,
             block_table: &table,
             sample: true,
+            all_logits: false,
         };
         m.model
             .forward(&[entry], &mut kv, &mut ws)

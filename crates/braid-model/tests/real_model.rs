@@ -183,6 +183,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
                     start: 0,
                     block_table: &t,
                     sample: true,
+                    all_logits: false,
                 }],
                 &mut kv1,
                 &mut ws1,
@@ -200,6 +201,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
             start: 0,
             block_table: &tables[i],
             sample: i < 4,
+            all_logits: false,
         });
     }
     let first = m
@@ -227,6 +229,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
                 start: prompts[i].len(),
                 block_table: &tables[i],
                 sample: true,
+                all_logits: false,
             });
         } else {
             entries.push(BatchEntry {
@@ -234,6 +237,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
                 start: 2,
                 block_table: &tables[i],
                 sample: true,
+                all_logits: false,
             });
         }
     }
@@ -276,6 +280,7 @@ fn greedy_logits(tokens: &[u32]) -> Vec<f32> {
                 start: 0,
                 block_table: &t,
                 sample: true,
+                all_logits: false,
             }],
             &mut kv,
             &mut ws,

@@ -110,6 +110,7 @@ fn prompt_longer_than_the_context_is_an_error() {
             start: 510,
             block_table: &table,
             sample: true,
+            all_logits: false,
         }],
         &mut kv,
         &mut ws,
@@ -121,6 +122,7 @@ fn prompt_longer_than_the_context_is_an_error() {
             start: 0,
             block_table: &table[..2],
             sample: true,
+            all_logits: false,
         }],
         &mut kv,
         &mut ws,
@@ -168,6 +170,7 @@ fn forward_matches_candle_transformers_reference() {
                 start: 0,
                 block_table: &table,
                 sample: true,
+                all_logits: false,
             }],
             &mut kv,
             &mut Workspace::default(),
@@ -212,6 +215,7 @@ fn batch_composition_does_not_change_a_single_bit() {
                         start: 0,
                         block_table: &t,
                         sample: true,
+                        all_logits: false,
                     }],
                     &mut kv,
                     &mut Workspace::default(),
@@ -232,6 +236,7 @@ fn batch_composition_does_not_change_a_single_bit() {
             start: 0,
             block_table: t,
             sample: true,
+            all_logits: false,
         })
         .collect();
     let batched = m

@@ -143,6 +143,21 @@ impl Scheduler {
         Ok(())
     }
 
+    /// As [`Scheduler::add`], for a sequence whose prompt is scored (`echo` with `logprobs`):
+    /// each of its prompt chunks asks for every row's logits, and it skips the prefix cache,
+    /// since a cached prefix would leave those rows uncomputed.
+    pub fn add_scored(
+        &mut self,
+        id: SeqId,
+        prompt: Vec<u32>,
+        stop: impl Into<StopConditions>,
+        now: f64,
+    ) -> Result<(), AddError> {
+        self.add(id, prompt, stop, now)?;
+        self.seqs.get_mut(&id).expect("just added").score_prompt = true;
+        Ok(())
+    }
+
     /// The client went away: frees its blocks at once and forgets it. `false` if unknown.
     pub fn abort(&mut self, id: SeqId) -> bool {
         self.remove(id, SeqState::Cancelled).is_some()
@@ -283,6 +298,7 @@ impl Scheduler {
                 len: 1,
                 sample: true,
                 is_decode: true,
+                all_logits: false,
             });
             i += 1;
         }
@@ -317,8 +333,15 @@ impl Scheduler {
         if starving {
             len = len.max(remaining.min(self.cfg.min_prefill_chunk).min(cap_left));
         }
+        if seq.score_prompt {
+            len = len.min(Self::SCORED_ROWS_PER_STEP);
+        }
         Slice { len, starving }
     }
+
+    /// Most rows of a scored prompt (`add_scored`) fed in one step: each also runs the output layer
+    /// and holds `vocab_size` logits, 64 MB at 64 rows of a 262k vocabulary.
+    pub const SCORED_ROWS_PER_STEP: usize = 64;
 
     /// Longest slice (in tokens) the sequence's blocks plus the free pool can cover.
     fn block_limit(&self, id: SeqId) -> usize {
@@ -364,6 +387,7 @@ impl Scheduler {
             len,
             sample: start + len == seq.tokens.len(),
             is_decode: false,
+            all_logits: seq.score_prompt,
         });
         budget.used_tokens += len;
         budget.features.add_chunk(start, len, false);

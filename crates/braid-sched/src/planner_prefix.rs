@@ -10,11 +10,11 @@ impl Scheduler {
     /// reused. At least the last token is always left to compute: its logits are what the
     /// first sample is drawn from. 0 when prefix caching is off.
     pub(super) fn reuse_cached_prefix(&mut self, id: SeqId) -> usize {
-        if !self.cfg.prefix_caching {
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        if !self.cfg.prefix_caching || seq.score_prompt {
             return 0;
         }
         let bs = self.cfg.block_size;
-        let seq = self.seqs.get_mut(&id).expect("live id");
         debug_assert!(seq.block_table.is_empty() && seq.num_computed == 0);
         self.hasher
             .extend_chain(&mut seq.block_hashes, &seq.tokens, bs);

@@ -57,6 +57,26 @@ fn run_to_idle(s: &mut Scheduler) {
 }
 
 #[test]
+fn a_scored_prompt_wants_every_rows_logits_in_bounded_slices_and_skips_the_prefix_cache() {
+    let mut c = cfg(64);
+    c.prefix_caching = true;
+    c.max_batched_tokens = 256;
+    c.max_model_len = 256;
+    let mut s = Scheduler::new(c);
+    let prompt: Vec<u32> = (0..150).map(|t| t % 50).collect();
+    s.add(1, prompt.clone(), 1, 0.0).unwrap();
+    run_to_idle(&mut s);
+    s.add_scored(2, prompt.clone(), 1, 1.0).unwrap();
+    s.add(3, prompt, 1, 1.0).unwrap();
+    let plan = s.plan(2.0);
+    let scored = plan.chunks.iter().find(|c| c.seq == 2).unwrap();
+    assert!(scored.all_logits && scored.start == 0);
+    assert_eq!(scored.len, Scheduler::SCORED_ROWS_PER_STEP);
+    let cached = plan.chunks.iter().find(|c| c.seq == 3).unwrap();
+    assert!(!cached.all_logits && cached.start > 0, "{cached:?}");
+}
+
+#[test]
 fn prompts_holding_the_pool_do_not_wait_on_each_other() {
     let mut s = Scheduler::new(cfg(4));
     s.add(1, vec![1; 16], 1, 0.0).unwrap();

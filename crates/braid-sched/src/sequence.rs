@@ -130,6 +130,8 @@ pub struct Sequence {
     pub num_cached_blocks: usize,
     /// Prompt tokens found in the prefix cache when it was first admitted.
     pub cached_tokens: usize,
+    /// Its prompt is scored: every prompt row's logits are computed (`Scheduler::add_scored`).
+    pub score_prompt: bool,
 }
 
 impl Sequence {
@@ -151,6 +153,7 @@ impl Sequence {
             block_hashes: Vec::new(),
             num_cached_blocks: 0,
             cached_tokens: 0,
+            score_prompt: false,
         }
     }
 

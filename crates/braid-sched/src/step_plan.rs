@@ -23,6 +23,9 @@ pub struct ScheduledChunk {
     pub sample: bool,
     /// A decode (one generated token fed back), as opposed to a prompt slice.
     pub is_decode: bool,
+    /// Every row's logits are wanted, not just the sampled last one: the sequence's prompt
+    /// is being scored.
+    pub all_logits: bool,
 }
 
 impl ScheduledChunk {

@@ -28,6 +28,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 #[derive(Clone, Debug)]
 pub struct Chunk {
     pub text: String,
+    /// The prompt's scored tokens, on the first chunk of a request that scores its prompt.
+    pub prompt_scored: Vec<Sampled>,
     pub token: Option<Sampled>,
     pub finish: Option<FinishReason>,
 }
@@ -36,6 +38,7 @@ pub struct Chunk {
 #[derive(Clone, Debug)]
 pub struct Collected {
     pub text: String,
+    pub prompt_scored: Vec<Sampled>,
     pub tokens: Vec<Sampled>,
     pub finish: FinishReason,
     pub usage: Usage,
@@ -58,6 +61,8 @@ pub struct Generation {
     stops: StopMatcher,
     /// Text to put before the first chunk (`echo`).
     prefix: Option<String>,
+    /// The prompt's scores, from the engine, to go with the first chunk.
+    prompt_scored: Vec<Sampled>,
     prompt_tokens: usize,
     completion_tokens: usize,
     arrival: Instant,
@@ -86,6 +91,7 @@ impl Generation {
             id,
             prompt: req.prompt,
             max_tokens: req.max_tokens,
+            score_prompt: req.score_prompt,
             params: req.params,
             stop_token_ids: req.stop_token_ids,
             arrival,
@@ -100,6 +106,7 @@ impl Generation {
             decoder: IncrementalDecoder::default(),
             stops: StopMatcher::new(req.stop_strings),
             prefix: req.echo,
+            prompt_scored: Vec::new(),
             prompt_tokens,
             completion_tokens: 0,
             arrival,
@@ -119,7 +126,12 @@ impl Generation {
     /// The next chunk; `Err` is an engine failure (the generation is over); None after the end.
     pub async fn next(&mut self) -> Option<Result<Chunk, String>> {
         let events = self.events.as_mut()?;
-        let event = match tokio::time::timeout_at(self.deadline, events.recv()).await {
+        let mut event = tokio::time::timeout_at(self.deadline, events.recv()).await;
+        if let Ok(Some(EngineEvent::PromptScored(scored))) = event {
+            self.prompt_scored = scored;
+            event = tokio::time::timeout_at(self.deadline, events.recv()).await;
+        }
+        let event = match event {
             Err(_) => {
                 self.deadline_reached = true;
                 return Some(Ok(self.finish(FinishReason::Length, None, String::new())));
@@ -151,6 +163,9 @@ impl Generation {
             }
             EngineEvent::Done(finished) => Ok(self.finish_with(finished, None, String::new())),
             EngineEvent::Failed(message) => Err(self.fail(message)),
+            EngineEvent::PromptScored(_) => {
+                Err(self.fail("the engine scored the prompt twice".into()))
+            }
         })
     }
 
@@ -158,13 +173,16 @@ impl Generation {
     pub async fn collect(mut self) -> Result<Collected, ApiError> {
         let mut text = String::new();
         let mut tokens = Vec::new();
+        let mut prompt_scored = Vec::new();
         while let Some(item) = self.next().await {
             let chunk = item.map_err(|m| ApiError::internal(format!("generation failed: {m}")))?;
             text.push_str(&chunk.text);
+            prompt_scored.extend(chunk.prompt_scored);
             tokens.extend(chunk.token);
             if let Some(finish) = chunk.finish {
                 return Ok(Collected {
                     text,
+                    prompt_scored,
                     tokens,
                     finish,
                     usage: self.usage(),
@@ -191,6 +209,7 @@ impl Generation {
         };
         Chunk {
             text,
+            prompt_scored: std::mem::take(&mut self.prompt_scored),
             token,
             finish,
         }

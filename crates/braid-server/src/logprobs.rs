@@ -35,7 +35,12 @@ pub struct CompletionLogprobsBuilder {
 }
 
 impl CompletionLogprobsBuilder {
-    pub fn build(&mut self, tokenizer: &Tokenizer, tokens: &[Sampled]) -> CompletionLogprobs {
+    /// A token without a logprob is a prompt's first: OpenAI shows it with nulls.
+    pub fn build<'a>(
+        &mut self,
+        tokenizer: &Tokenizer,
+        tokens: impl IntoIterator<Item = &'a Sampled>,
+    ) -> CompletionLogprobs {
         let mut out = CompletionLogprobs::default();
         for s in tokens {
             let text = token_text(tokenizer, s.token);
@@ -51,7 +56,7 @@ impl CompletionLogprobsBuilder {
             }
             out.tokens.push(text);
             out.token_logprobs.push(s.logprob.map(finite));
-            out.top_logprobs.push(Some(top));
+            out.top_logprobs.push(s.logprob.is_some().then_some(top));
         }
         out
     }

@@ -128,9 +128,11 @@ request_with_sampling! {
         /// A string, an array of token ids, or an array holding one string or one id array.
         #[schema(schema_with = schema::prompt)]
         pub prompt: Option<Value>,
-        #[schema(minimum = 1)]
+        /// At least 1; 0 only with `echo`, which then answers with the prompt alone.
+        #[schema(minimum = 0)]
         pub max_tokens: Option<i64>,
         /// Number of alternatives to return with each token (0..=20); absent: no logprobs.
+        /// With `echo`, the prompt's tokens get logprobs too (the first one null).
         #[schema(minimum = 0, maximum = 20)]
         pub logprobs: Option<i64>,
         pub echo: Option<bool>,

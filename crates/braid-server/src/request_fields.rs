@@ -73,6 +73,10 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("guided_regex", NO_CONSTRAINTS),
     ("guided_choice", NO_CONSTRAINTS),
     ("guided_grammar", NO_CONSTRAINTS),
+    (
+        "prompt_logprobs",
+        "vLLM's prompt_logprobs shape is not implemented; send `echo: true` with `logprobs`, which returns the prompt's logprobs in OpenAI's shape",
+    ),
 ];
 
 /// Why the constrained-output fields are refused rather than accepted and ignored: unconstrained

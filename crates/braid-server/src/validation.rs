@@ -41,6 +41,9 @@ pub struct ValidatedRequest {
     pub echo: Option<String>,
     /// Alternatives to report with each token, when logprobs were asked for.
     pub logprobs: Option<usize>,
+    /// Completions with `echo` and `logprobs`: the prompt's tokens are scored too, with this
+    /// many alternatives each.
+    pub score_prompt: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -195,12 +198,6 @@ pub fn completion(
     }
     let logprobs = alternatives("logprobs", req.logprobs)?;
     let echo = req.echo.unwrap_or(false);
-    if echo && logprobs.is_some() {
-        return Err(ValidationError::Unsupported {
-            field: "echo",
-            reason: "with `logprobs`, since braid does not compute prompt logprobs",
-        });
-    }
     let decoding = Decoding::of(&f, logprobs, model, limits)?;
     let raw = req
         .prompt
@@ -208,9 +205,16 @@ pub fn completion(
         .ok_or(ValidationError::Missing { field: "prompt" })?;
     let (prompt, text) = prompt(raw, model, limits)?;
     prompt_length("prompt", prompt.len(), limits)?;
-    let max_tokens = max_tokens("max_tokens", req.max_tokens, Some(16), prompt.len(), limits)?;
+    // With `echo`, 0 answers with the prompt alone (and its logprobs): how a prompt is scored.
+    let max_tokens = match req.max_tokens {
+        Some(0) if echo => max_tokens("max_tokens", None, Some(0), prompt.len(), limits)?,
+        requested => max_tokens("max_tokens", requested, Some(16), prompt.len(), limits)?,
+    };
     let echo = echo.then(|| text.unwrap_or_else(|| model.tokenizer.decode(&prompt, false)));
-    Ok(decoding.request(prompt, max_tokens, echo))
+    let score_prompt = logprobs.filter(|_| echo.is_some());
+    let mut valid = decoding.request(prompt, max_tokens, echo);
+    valid.score_prompt = score_prompt;
+    Ok(valid)
 }
 
 pub fn chat(
@@ -298,6 +302,7 @@ impl Decoding {
             include_usage: self.include_usage,
             echo,
             logprobs: self.logprobs,
+            score_prompt: None,
         }
     }
 }

@@ -274,9 +274,19 @@ fn echo_and_unsupported_fields() {
         r.echo.as_deref(),
         Some(model().tokenizer.decode(&[104, 105], false).as_str())
     );
+    let scored = completion_json(
+        serde_json::json!({"prompt": "a", "echo": true, "logprobs": 1, "max_tokens": 0}),
+    )
+    .unwrap();
+    assert_eq!((scored.score_prompt, scored.max_tokens), (Some(1), 0));
+    let unscored = completion_json(serde_json::json!({"prompt": "a", "logprobs": 1})).unwrap();
+    assert_eq!(unscored.score_prompt, None);
     assert!(matches!(
-        completion_json(serde_json::json!({"prompt": "a", "echo": true, "logprobs": 1})),
-        Err(ValidationError::Unsupported { field: "echo", .. })
+        completion_json(serde_json::json!({"prompt": "a", "max_tokens": 0})),
+        Err(ValidationError::OutOfRange {
+            field: "max_tokens",
+            ..
+        })
     ));
     assert!(matches!(
         completion_json(serde_json::json!({"prompt": "a", "suffix": "b"})),

@@ -274,6 +274,81 @@ async fn logprobs_and_echo_shapes() {
     );
 }
 
+/// A prompt scored with `echo` + `logprobs` gives each token the logprob it had when the model
+/// generated it, which is how lm-evaluation-harness scores a continuation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_with_logprobs_scores_the_prompt_as_generation_did() {
+    let s = server();
+    let ids = |body: &Value| -> Vec<u64> {
+        body["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect()
+    };
+    let (_, prompt) = s
+        .post(
+            "/tokenize",
+            json!({"prompt": "abc", "add_special_tokens": false}),
+        )
+        .await;
+    let (_, b) = s
+        .post(
+            "/tokenize",
+            json!({"prompt": "b", "add_special_tokens": false}),
+        )
+        .await;
+    let (prompt, b) = (ids(&prompt), ids(&b)[0]);
+    // The bias makes the continuation known (six `b`s); the logprobs reported stay the model's.
+    let (status, generated) = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": prompt, "max_tokens": 6, "logprobs": 1, "ignore_eos": true,
+                   "temperature": 0, "logit_bias": {b.to_string(): 100}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{generated}");
+    let gen = &generated["choices"][0]["logprobs"];
+    let mut scored_prompt = prompt.clone();
+    scored_prompt.extend([b; 6]);
+    for max_tokens in [0, 1] {
+        let (status, body) = s
+            .post(
+                "/v1/completions",
+                json!({"prompt": scored_prompt, "max_tokens": max_tokens, "echo": true,
+                       "logprobs": 1, "ignore_eos": true, "temperature": 0}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["usage"]["completion_tokens"], max_tokens);
+        let lp = &body["choices"][0]["logprobs"];
+        assert_eq!(
+            lp["tokens"].as_array().unwrap().len(),
+            scored_prompt.len() + max_tokens
+        );
+        assert!(
+            lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(),
+            "{lp}"
+        );
+        for i in 0..6 {
+            let at = prompt.len() + i;
+            let (scored, sampled) = (
+                lp["token_logprobs"][at].as_f64().unwrap(),
+                gen["token_logprobs"][i].as_f64().unwrap(),
+            );
+            assert_eq!(lp["tokens"][at], gen["tokens"][i]);
+            assert!(
+                (scored - sampled).abs() < 2e-3,
+                "token {i}: scored {scored}, generated {sampled}"
+            );
+            let top = lp["top_logprobs"][at].as_object().unwrap();
+            assert_eq!(top[lp["tokens"][at].as_str().unwrap()], scored);
+            assert!(top.values().all(|v| v.as_f64().unwrap() <= 0.0));
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_is_200_status_ok() {
     let (status, body) = server().get("/health").await;

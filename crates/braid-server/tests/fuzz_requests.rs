@@ -319,7 +319,9 @@ fn check_bounds(v: &ValidatedRequest, l: &Limits) {
     assert!(!v.prompt.is_empty(), "empty prompt passed");
     assert!(v.prompt.len() <= l.max_prompt_tokens);
     assert!(v.prompt.iter().all(|&t| (t as usize) < l.vocab_size));
-    assert!(v.max_tokens >= 1 && v.max_tokens <= l.max_tokens_cap);
+    // 0 only echoes (and scores) the prompt; the engine still samples once and sends nothing.
+    assert!(v.max_tokens >= 1 || v.echo.is_some());
+    assert!(v.max_tokens <= l.max_tokens_cap);
     assert!(v.prompt.len() + v.max_tokens <= l.context_length);
     let p = &v.params;
     assert!(p.temperature.is_finite() && (0.0..=2.0).contains(&p.temperature));

@@ -47,6 +47,7 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
         id: h.next_request_id(),
         prompt,
         max_tokens: n,
+        score_prompt: None,
         params: SamplingParams::greedy(),
         stop_token_ids: vec![],
         arrival: Instant::now(),

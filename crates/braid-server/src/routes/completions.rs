@@ -33,10 +33,12 @@ pub async fn completions(
         return Ok(sse_response(a.generation, format, a.include_usage, metrics));
     }
     let out = a.generation.collect().await?;
-    let logprobs = format
-        .logprobs
-        .as_mut()
-        .map(|b| b.build(&format.model.tokenizer, &out.tokens));
+    let logprobs = format.logprobs.as_mut().map(|b| {
+        b.build(
+            &format.model.tokenizer,
+            out.prompt_scored.iter().chain(&out.tokens),
+        )
+    });
     let choice = CompletionChoice {
         index: 0,
         text: out.text,
@@ -80,8 +82,8 @@ impl StreamFormat for CompletionFormat {
         let logprobs = self
             .logprobs
             .as_mut()
-            .filter(|_| chunk.token.is_some())
-            .map(|b| b.build(tokenizer, chunk.token.as_slice()));
+            .filter(|_| chunk.token.is_some() || !chunk.prompt_scored.is_empty())
+            .map(|b| b.build(tokenizer, chunk.prompt_scored.iter().chain(&chunk.token)));
         let choice = CompletionChoice {
             index: 0,
             text: chunk.text,
