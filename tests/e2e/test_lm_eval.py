@@ -1,6 +1,7 @@
 """lm-evaluation-harness (`lm-eval` from PyPI, its `local-completions` model) scores a small
 multiple-choice task from tests/e2e/data/lm_eval against braid: it finds braid's tokenizer through
-/tokenizer_info and /tokenize, and scores every choice with `echo` + `logprobs`. Its per-item
+/tokenizer_info and /tokenize, and scores every choice with `echo` + `logprobs`, four prompts
+per request (`--batch_size 4`). Its per-item
 loglikelihoods must be the ones braid's own echo + logprobs answers give."""
 
 import glob
@@ -54,7 +55,7 @@ def test_lm_eval_scores_a_local_task_with_braids_own_logprobs(server, tmp_path):
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     run = subprocess.run(
         [str(LM_EVAL), "run", "--model", "local-completions", "--model_args", args, "--tasks", "braid_mc",
-         "--include_path", str(DATA), "--batch_size", "1", "--log_samples", "--output_path", str(tmp_path)],
+         "--include_path", str(DATA), "--batch_size", "4", "--log_samples", "--output_path", str(tmp_path)],
         cwd=DATA, env=env, capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]

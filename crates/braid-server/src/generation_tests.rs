@@ -109,6 +109,8 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         echo: None,
         logprobs: None,
         score_prompt: None,
+        more_prompts: vec![],
+        n: 1,
     }
 }
 

@@ -82,7 +82,8 @@ macro_rules! request_with_sampling {
             pub ignore_eos: Option<bool>,
             pub stream: Option<bool>,
             pub stream_options: Option<StreamOptions>,
-            #[schema(minimum = 1, maximum = 1)]
+            /// Choices per prompt, each sampled with `seed + index` when a seed is given.
+            #[schema(minimum = 1, maximum = 16)]
             pub n: Option<i64>,
             pub user: Option<String>,
             /// Token id (a string, as OpenAI's JSON keys are) → bias from -100 to 100 added
@@ -125,7 +126,7 @@ request_with_sampling! {
     #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
     pub struct CompletionRequest {
         pub model: Option<String>,
-        /// A string, an array of token ids, or an array holding one string or one id array.
+        /// A string, an array of token ids, or an array of strings or id arrays (one choice each).
         #[schema(schema_with = schema::prompt)]
         pub prompt: Option<Value>,
         /// At least 1; 0 only with `echo`, which then answers with the prompt alone.
@@ -186,6 +187,24 @@ impl Usage {
             total_tokens: prompt_tokens + completion_tokens,
         }
     }
+
+    /// A whole request's usage from its choices' (in choice order, `n` per prompt): each
+    /// prompt counts once, every choice's completion counts.
+    pub fn of_choices(choices: impl IntoIterator<Item = Usage>, n: usize) -> Self {
+        let (prompt, completion) =
+            choices
+                .into_iter()
+                .enumerate()
+                .fold((0, 0), |(p, c), (i, u)| {
+                    let p = if i % n.max(1) == 0 {
+                        p + u.prompt_tokens
+                    } else {
+                        p
+                    };
+                    (p, c + u.completion_tokens)
+                });
+        Self::new(prompt, completion)
+    }
 }
 
 /// Legacy completions logprobs: parallel arrays, one entry per token.
@@ -199,7 +218,7 @@ pub struct CompletionLogprobs {
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct CompletionChoice {
-    pub index: u32,
+    pub index: usize,
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
@@ -246,7 +265,7 @@ pub struct ChatMessageOut {
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatChoice {
-    pub index: u32,
+    pub index: usize,
     pub message: ChatMessageOut,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
@@ -272,7 +291,7 @@ pub struct ChatDelta {
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatChunkChoice {
-    pub index: u32,
+    pub index: usize,
     pub delta: ChatDelta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
@@ -383,10 +402,10 @@ mod schema {
             .item(
                 array(OneOfBuilder::new().item(of(Type::String)).item(ids()))
                     .min_items(Some(1))
-                    .max_items(Some(1)),
+                    .max_items(Some(64)),
             )
             .description(Some(
-                "A string, an array of token ids, or an array holding one string or one array of token ids.",
+                "A string, an array of token ids, or an array of up to 64 strings or token-id arrays, each answered as its own choice.",
             ))
     }
 

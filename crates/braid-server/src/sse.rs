@@ -1,6 +1,8 @@
 //! Server-sent events for `stream: true`: `data: {json}` per chunk, an error event if the
 //! engine fails mid-stream, the usage chunk when `stream_options.include_usage`, then
-//! `data: [DONE]`. Comment pings keep idle proxies from closing a long prompt's stream.
+//! `data: [DONE]`. Comment pings keep idle proxies from closing a long prompt's stream. A request
+//! with several choices (`n`, a prompt array) interleaves their chunks as they come; an engine
+//! failure in any of them ends the whole stream, and the rest are cancelled.
 //!
 //! The endpoints differ only in the JSON of each event, which `StreamFormat` supplies.
 
@@ -10,6 +12,8 @@ use crate::metrics::Metrics;
 use crate::openai_types::Usage;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::stream::{BoxStream, SelectAll};
+use futures::StreamExt;
 use serde::Serialize;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,11 +21,12 @@ use std::time::Duration;
 
 pub trait StreamFormat: Send + 'static {
     type Json: Serialize;
-    /// An event before any token (chat: the delta that carries the role).
-    fn opening(&mut self) -> Option<Self::Json> {
+    /// An event before any token (chat: the deltas that carry the role, one per choice).
+    fn opening(&mut self, _choices: usize) -> Option<Self::Json> {
         None
     }
-    fn chunk(&mut self, chunk: Chunk) -> Self::Json;
+    /// Choice `index`'s next chunk.
+    fn chunk(&mut self, index: usize, chunk: Chunk) -> Self::Json;
     /// The final usage-only chunk (empty `choices`).
     fn usage(&mut self, usage: Usage) -> Self::Json;
 }
@@ -34,8 +39,16 @@ enum Phase {
     End,
 }
 
+/// A choice's next chunk, with the choice's usage once it has ended.
+type ChoiceItem = (usize, Result<(Chunk, Option<Usage>), String>);
+
 struct StreamState<F> {
-    generation: Generation,
+    choices: SelectAll<BoxStream<'static, ChoiceItem>>,
+    num_choices: usize,
+    /// Usage of the choices that have ended, by index.
+    ended: Vec<Option<Usage>>,
+    /// Choices per prompt, for summing usage.
+    n: usize,
     format: F,
     phase: Phase,
     include_usage: bool,
@@ -50,14 +63,43 @@ fn json_event(value: &impl Serialize) -> Event {
     })
 }
 
+/// Choice `index`'s chunks as a stream that ends after its last one.
+fn choice_stream(index: usize, generation: Generation) -> BoxStream<'static, ChoiceItem> {
+    futures::stream::unfold(Some(generation), move |g| async move {
+        let mut g = g?;
+        let item = match g.next().await? {
+            Ok(chunk) if chunk.finish.is_some() => {
+                let usage = g.usage();
+                return Some(((index, Ok((chunk, Some(usage)))), None));
+            }
+            Ok(chunk) => Ok((chunk, None)),
+            Err(message) => return Some(((index, Err(message)), None)),
+        };
+        Some(((index, item), Some(g)))
+    })
+    .boxed()
+}
+
+/// Streams every choice of a request as its chunks come, each event naming its choice's
+/// `index`; the usage chunk and `[DONE]` follow the last choice's end.
 pub fn sse_response<F: StreamFormat>(
-    generation: Generation,
+    generations: Vec<Generation>,
+    n: usize,
     format: F,
     include_usage: bool,
     metrics: Arc<Metrics>,
 ) -> Response {
+    let num_choices = generations.len();
     let state = StreamState {
-        generation,
+        choices: futures::stream::select_all(
+            generations
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| choice_stream(i, g)),
+        ),
+        num_choices,
+        ended: vec![None; num_choices],
+        n,
         format,
         phase: Phase::Opening,
         include_usage,
@@ -68,22 +110,25 @@ pub fn sse_response<F: StreamFormat>(
             match s.phase {
                 Phase::Opening => {
                     s.phase = Phase::Tokens;
-                    if let Some(json) = s.format.opening() {
+                    if let Some(json) = s.format.opening(s.num_choices) {
                         break json_event(&json);
                     }
                 }
-                Phase::Tokens => match s.generation.next().await {
-                    Some(Ok(chunk)) => {
-                        if chunk.finish.is_some() {
-                            s.phase = if s.include_usage {
-                                Phase::Usage
-                            } else {
-                                Phase::Done
-                            };
+                Phase::Tokens => match s.choices.next().await {
+                    Some((index, Ok((chunk, usage)))) => {
+                        if let Some(usage) = usage {
+                            s.ended[index] = Some(usage);
+                            if s.ended.iter().all(Option::is_some) {
+                                s.phase = if s.include_usage {
+                                    Phase::Usage
+                                } else {
+                                    Phase::Done
+                                };
+                            }
                         }
-                        break json_event(&s.format.chunk(chunk));
+                        break json_event(&s.format.chunk(index, chunk));
                     }
-                    Some(Err(message)) => {
+                    Some((_, Err(message))) => {
                         s.metrics
                             .request_errors_total
                             .with_label_values(&["500"])
@@ -97,7 +142,7 @@ pub fn sse_response<F: StreamFormat>(
                 },
                 Phase::Usage => {
                     s.phase = Phase::Done;
-                    let usage = s.generation.usage();
+                    let usage = Usage::of_choices(s.ended.iter().flatten().cloned(), s.n);
                     break json_event(&s.format.usage(usage));
                 }
                 Phase::Done => {

@@ -44,6 +44,36 @@ pub struct ValidatedRequest {
     /// Completions with `echo` and `logprobs`: the prompt's tokens are scored too, with this
     /// many alternatives each.
     pub score_prompt: Option<usize>,
+    /// The other prompts of a completions prompt array, each with its `echo` text.
+    pub more_prompts: Vec<(Vec<u32>, Option<String>)>,
+    /// Choices per prompt (`n`).
+    pub n: usize,
+}
+
+/// Most choices per prompt (`n`).
+pub const MAX_N: usize = 16;
+/// Most choices per request: prompts in the array times `n`.
+pub const MAX_CHOICES: usize = 64;
+
+impl ValidatedRequest {
+    /// One request per choice, in OpenAI's order (prompt by prompt, `n` for each): choice `j`
+    /// of a prompt samples with `seed + j`, so the choices differ and each is reproducible.
+    pub fn choices(mut self) -> Vec<ValidatedRequest> {
+        let n = std::mem::replace(&mut self.n, 1);
+        let more = std::mem::take(&mut self.more_prompts);
+        let first = (self.prompt.clone(), self.echo.clone());
+        let mut out = Vec::with_capacity((1 + more.len()) * n);
+        for (prompt, echo) in std::iter::once(first).chain(more) {
+            for j in 0..n {
+                let mut choice = self.clone();
+                choice.prompt = prompt.clone();
+                choice.echo = echo.clone();
+                choice.params.seed = self.params.seed.map(|s| s.wrapping_add(j as u64));
+                out.push(choice);
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -77,8 +107,8 @@ pub enum ValidationError {
         field: &'static str,
         reason: &'static str,
     },
-    #[error("`prompt` holds {count} prompts; braid answers one prompt per request")]
-    MultiplePrompts { count: usize },
+    #[error("{prompts} prompts × `n` {n} = {total} choices; at most {MAX_CHOICES} per request", total = .prompts * .n)]
+    TooManyChoices { prompts: usize, n: usize },
     #[error("`{field}` has token id {id}, outside the vocabulary of {vocab} tokens (ids 0 to {last})", last = .vocab - 1)]
     TokenOutOfVocab {
         field: &'static str,
@@ -141,7 +171,7 @@ impl ValidationError {
             | ValidationError::ContextOverflow { field, .. }
             | ValidationError::PromptTooLong { field, .. }
             | ValidationError::ExactlyOne { first: field, .. } => Some(field),
-            ValidationError::MultiplePrompts { .. }
+            ValidationError::TooManyChoices { .. }
             | ValidationError::PromptFillsContext { .. }
             | ValidationError::Tokenize(_) => Some("prompt"),
             ValidationError::TooManyStops { .. } | ValidationError::StopTooLong { .. } => {
@@ -188,8 +218,8 @@ pub fn completion(
 ) -> Result<ValidatedRequest> {
     check_model(req.model.as_deref(), limits)?;
     let f = req.sampling();
-    check_single_choice(&f)?;
-    exactly_one("best_of", req.best_of)?;
+    let n = choices_per_prompt(&f)?;
+    no_best_of(req.best_of)?;
     if req.suffix.is_some() {
         return Err(ValidationError::Unsupported {
             field: "suffix",
@@ -203,17 +233,31 @@ pub fn completion(
         .prompt
         .as_ref()
         .ok_or(ValidationError::Missing { field: "prompt" })?;
-    let (prompt, text) = prompt(raw, model, limits)?;
-    prompt_length("prompt", prompt.len(), limits)?;
-    // With `echo`, 0 answers with the prompt alone (and its logprobs): how a prompt is scored.
-    let max_tokens = match req.max_tokens {
-        Some(0) if echo => max_tokens("max_tokens", None, Some(0), prompt.len(), limits)?,
-        requested => max_tokens("max_tokens", requested, Some(16), prompt.len(), limits)?,
-    };
-    let echo = echo.then(|| text.unwrap_or_else(|| model.tokenizer.decode(&prompt, false)));
+    let prompts = prompts(raw, model, limits)?;
+    if prompts.len() * n > MAX_CHOICES {
+        return Err(ValidationError::TooManyChoices {
+            prompts: prompts.len(),
+            n,
+        });
+    }
+    let mut checked = Vec::with_capacity(prompts.len());
+    let mut max_new = 0;
+    for (prompt, text) in prompts {
+        prompt_length("prompt", prompt.len(), limits)?;
+        // With `echo`, 0 answers with the prompt alone (and its logprobs): how a prompt is scored.
+        max_new = match req.max_tokens {
+            Some(0) if echo => max_tokens("max_tokens", None, Some(0), prompt.len(), limits)?,
+            requested => max_tokens("max_tokens", requested, Some(16), prompt.len(), limits)?,
+        };
+        let text = echo.then(|| text.unwrap_or_else(|| model.tokenizer.decode(&prompt, false)));
+        checked.push((prompt, text));
+    }
+    let mut checked = checked.into_iter();
+    let (prompt, echo) = checked.next().expect("prompts() returns at least one");
     let score_prompt = logprobs.filter(|_| echo.is_some());
-    let mut valid = decoding.request(prompt, max_tokens, echo);
+    let mut valid = decoding.request(prompt, max_new, echo, n);
     valid.score_prompt = score_prompt;
+    valid.more_prompts = checked.collect();
     Ok(valid)
 }
 
@@ -226,7 +270,7 @@ pub fn chat(
     // Before the fields: no request can chat with this model, however it is written.
     chat_template(model)?;
     let f = req.sampling();
-    check_single_choice(&f)?;
+    let n = choices_per_prompt(&f)?;
     let top = alternatives("top_logprobs", req.top_logprobs)?.unwrap_or(0);
     let logprobs = req.logprobs.unwrap_or(false).then_some(top);
     if logprobs.is_none() && top > 0 {
@@ -247,7 +291,7 @@ pub fn chat(
         None => ("max_tokens", req.max_tokens),
     };
     let max_tokens = max_tokens(field, requested, None, prompt.len(), limits)?;
-    Ok(decoding.request(prompt, max_tokens, None))
+    Ok(decoding.request(prompt, max_tokens, None, n))
 }
 
 /// How many alternatives to report with each token: 0 to 20, as OpenAI allows.
@@ -291,6 +335,7 @@ impl Decoding {
         prompt: Vec<u32>,
         max_tokens: usize,
         echo: Option<String>,
+        n: usize,
     ) -> ValidatedRequest {
         ValidatedRequest {
             prompt,
@@ -303,6 +348,8 @@ impl Decoding {
             echo,
             logprobs: self.logprobs,
             score_prompt: None,
+            more_prompts: Vec::new(),
+            n,
         }
     }
 }
@@ -406,10 +453,33 @@ fn encode(model: &LoadedModel, text: &str) -> Result<Vec<u32>> {
         .map_err(|e| ValidationError::Tokenize(e.to_string()))
 }
 
-/// The prompt's tokens, and its text when it was given as text.
+/// The prompts of `prompt`: one string or id list, or an array of them (as
+/// lm-evaluation-harness batches), each with its text when it was given as text.
+fn prompts(
+    raw: &Value,
+    model: &LoadedModel,
+    limits: &Limits,
+) -> Result<Vec<(Vec<u32>, Option<String>)>> {
+    match raw {
+        Value::Array(items)
+            if items.len() > 1 && items.iter().all(|v| v.is_string() || v.is_array()) =>
+        {
+            if items.len() > MAX_CHOICES {
+                return Err(ValidationError::TooManyChoices {
+                    prompts: items.len(),
+                    n: 1,
+                });
+            }
+            items.iter().map(|p| prompt(p, model, limits)).collect()
+        }
+        _ => Ok(vec![prompt(raw, model, limits)?]),
+    }
+}
+
+/// One prompt's tokens, and its text when it was given as text.
 fn prompt(raw: &Value, model: &LoadedModel, limits: &Limits) -> Result<(Vec<u32>, Option<String>)> {
     const SHAPE: &str =
-        "a string, an array of token ids, or an array holding one string or one array of token ids";
+        "a string, an array of token ids, or an array of strings or of token-id arrays";
     let wrong = ValidationError::WrongShape {
         field: "prompt",
         expected: SHAPE,
@@ -431,9 +501,6 @@ fn prompt(raw: &Value, model: &LoadedModel, limits: &Limits) -> Result<(Vec<u32>
         {
             prompt(&items[0], model, limits)
         }
-        Value::Array(items) if items.iter().all(|v| v.is_string() || v.is_array()) => {
-            Err(ValidationError::MultiplePrompts { count: items.len() })
-        }
         _ => Err(wrong),
     }
 }
@@ -451,16 +518,22 @@ fn token_ids(field: &'static str, items: &[Value], limits: &Limits) -> Result<Ve
     known_token_ids(field, &ids, limits)
 }
 
-fn check_single_choice(f: &SamplingFields) -> Result<()> {
-    exactly_one("n", f.n)
+/// `n`: 1 to [`MAX_N`].
+fn choices_per_prompt(f: &SamplingFields) -> Result<usize> {
+    match f.n {
+        None => Ok(1),
+        Some(n) if (1..=MAX_N as i64).contains(&n) => Ok(n as usize),
+        Some(n) => Err(out_of_range("n", &format!(">= 1 and <= {MAX_N}"), n)),
+    }
 }
 
-fn exactly_one(field: &'static str, v: Option<i64>) -> Result<()> {
+/// `best_of`: braid samples no hidden candidates to pick the best from; ask for `n` choices.
+fn no_best_of(v: Option<i64>) -> Result<()> {
     match v {
         None | Some(1) => Ok(()),
         Some(n) => Err(out_of_range(
-            field,
-            "1 (braid returns one choice per request)",
+            "best_of",
+            "1 (braid has no best-of sampling; `n` returns several choices)",
             n,
         )),
     }

@@ -98,12 +98,12 @@ fn sampling_bounds_name_the_field_and_the_bound() {
             "`max_tokens` must be <= 512 (the server's --max-tokens-cap), got 600",
         ),
         (
-            serde_json::json!({"prompt": "a", "n": 2}),
-            "`n` must be 1 (braid returns one choice per request), got 2",
+            serde_json::json!({"prompt": "a", "n": 17}),
+            "`n` must be >= 1 and <= 16, got 17",
         ),
         (
             serde_json::json!({"prompt": "a", "best_of": 3}),
-            "`best_of` must be 1 (braid returns one choice per request), got 3",
+            "`best_of` must be 1 (braid has no best-of sampling; `n` returns several choices), got 3",
         ),
         (
             serde_json::json!({"prompt": "a", "logprobs": 21}),
@@ -161,9 +161,32 @@ fn prompt_shapes() {
         ids(serde_json::json!([])).unwrap_err(),
         ValidationError::Empty { field: "prompt" }
     );
+    let two = completion_json(
+        serde_json::json!({"prompt": ["a", [5, 6]], "n": 3, "seed": 7, "echo": true}),
+    )
+    .unwrap();
+    assert_eq!(two.n, 3);
+    let choices = two.choices();
+    assert_eq!(choices.len(), 6);
+    assert_eq!(choices[0].prompt, model().tokenizer.encode("a").unwrap());
+    assert_eq!(choices[3].prompt, vec![5, 6]);
     assert_eq!(
-        ids(serde_json::json!(["a", "b"])).unwrap_err(),
-        ValidationError::MultiplePrompts { count: 2 }
+        choices[3].echo.as_deref(),
+        Some(model().tokenizer.decode(&[5, 6], false).as_str())
+    );
+    let seeds: Vec<_> = choices.iter().map(|c| c.params.seed).collect();
+    assert_eq!(seeds, [7, 8, 9, 7, 8, 9].map(Some));
+    assert!(choices
+        .iter()
+        .all(|c| c.n == 1 && c.more_prompts.is_empty()));
+    assert_eq!(
+        completion_json(serde_json::json!({"prompt": ["a", "b", "c", "d", "e"], "n": 16}))
+            .unwrap_err(),
+        ValidationError::TooManyChoices { prompts: 5, n: 16 }
+    );
+    assert_eq!(
+        ids(serde_json::json!(["a", []])).unwrap_err(),
+        ValidationError::Empty { field: "prompt" }
     );
     assert!(matches!(
         ids(serde_json::json!(5)),

@@ -120,9 +120,9 @@ refused!(
 );
 
 refused!(
-    more_than_one_choice_is_400:
-    "/v1/completions", r#"{"prompt": "a", "n": 2}"#
-    => 400, "`n` must be 1"
+    too_many_choices_is_400:
+    "/v1/completions", r#"{"prompt": "a", "n": 17}"#
+    => 400, "`n` must be >= 1 and <= 16"
 );
 
 refused!(

@@ -8,8 +8,8 @@ use crate::openai_types::{
     unix_now, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatMessageOut, Usage,
 };
-use crate::routes::admit;
-use crate::sse::{sse_response, StreamFormat};
+use crate::routes::{admit, Answer};
+use crate::sse::StreamFormat;
 use crate::state::AppState;
 use crate::{error::ApiError, validation};
 use axum::extract::State;
@@ -23,36 +23,39 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let a = admit(&state, req, validation::chat, "chat").await?;
     let format = ChatFormat {
-        id: state.response_id("chatcmpl", a.generation.id),
+        id: state.response_id("chatcmpl", a.generations[0].id),
         created: unix_now(),
         model_name: state.served_model_name.clone(),
-        model: a.model,
+        model: a.model.clone(),
         logprobs: a.logprobs,
         include_usage: a.include_usage,
     };
-    if a.stream {
-        let metrics = state.metrics.clone();
-        return Ok(sse_response(a.generation, format, a.include_usage, metrics));
-    }
-    let out = a.generation.collect().await?;
-    let choice = ChatChoice {
-        index: 0,
-        message: ChatMessageOut {
-            role: "assistant",
-            content: out.text,
-        },
-        logprobs: format
-            .logprobs
-            .then(|| chat_logprobs(&format.model.tokenizer, &out.tokens)),
-        finish_reason: Some(out.finish.as_str()),
+    let (outs, usage, format) = match a.answer(&state, format).await? {
+        Answer::Stream(response) => return Ok(response),
+        Answer::Whole(choices, usage, format) => (choices, usage, format),
     };
+    let choices = outs
+        .into_iter()
+        .enumerate()
+        .map(|(index, out)| ChatChoice {
+            index,
+            logprobs: format
+                .logprobs
+                .then(|| chat_logprobs(&format.model.tokenizer, &out.tokens)),
+            message: ChatMessageOut {
+                role: "assistant",
+                content: out.text,
+            },
+            finish_reason: Some(out.finish.as_str()),
+        })
+        .collect();
     Ok(axum::Json(ChatCompletionResponse {
         id: format.id,
         object: "chat.completion",
         created: format.created,
         model: format.model_name,
-        choices: vec![choice],
-        usage: out.usage,
+        choices,
+        usage,
     })
     .into_response())
 }
@@ -90,30 +93,29 @@ impl ChatFormat {
 impl StreamFormat for ChatFormat {
     type Json = ChatCompletionChunk;
 
-    fn opening(&mut self) -> Option<ChatCompletionChunk> {
-        let delta = ChatDelta {
-            role: Some("assistant"),
-            content: Some(String::new()),
-        };
-        Some(self.chunk_of(
-            vec![ChatChunkChoice {
-                index: 0,
-                delta,
+    fn opening(&mut self, choices: usize) -> Option<ChatCompletionChunk> {
+        let choices = (0..choices)
+            .map(|index| ChatChunkChoice {
+                index,
+                delta: ChatDelta {
+                    role: Some("assistant"),
+                    content: Some(String::new()),
+                },
                 logprobs: None,
                 finish_reason: None,
-            }],
-            self.null_usage(),
-        ))
+            })
+            .collect();
+        Some(self.chunk_of(choices, self.null_usage()))
     }
 
-    fn chunk(&mut self, chunk: Chunk) -> ChatCompletionChunk {
+    fn chunk(&mut self, index: usize, chunk: Chunk) -> ChatCompletionChunk {
         let logprobs = (self.logprobs && chunk.token.is_some())
             .then(|| chat_logprobs(&self.model.tokenizer, chunk.token.as_slice()));
         // The closing chunk of a generation that ended on a stop token has no new text: an empty delta.
         let content = (chunk.finish.is_none() || !chunk.text.is_empty() || chunk.token.is_some())
             .then_some(chunk.text);
         let choice = ChatChunkChoice {
-            index: 0,
+            index,
             delta: ChatDelta {
                 role: None,
                 content,

@@ -6,8 +6,8 @@ use crate::logprobs::CompletionLogprobsBuilder;
 use crate::openai_types::{
     unix_now, CompletionChoice, CompletionRequest, CompletionResponse, Usage,
 };
-use crate::routes::admit;
-use crate::sse::{sse_response, StreamFormat};
+use crate::routes::{admit, Answer};
+use crate::sse::StreamFormat;
 use crate::state::AppState;
 use crate::{error::ApiError, validation};
 use axum::extract::State;
@@ -20,32 +20,42 @@ pub async fn completions(
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     let a = admit(&state, req, validation::completion, "completions").await?;
-    let mut format = CompletionFormat {
-        id: state.response_id("cmpl", a.generation.id),
+    let choices = a.generations.len();
+    let format = CompletionFormat {
+        id: state.response_id("cmpl", a.generations[0].id),
         created: unix_now(),
         model_name: state.served_model_name.clone(),
-        model: a.model,
-        logprobs: a.logprobs.then(CompletionLogprobsBuilder::default),
+        model: a.model.clone(),
+        logprobs: a.logprobs.then(|| {
+            (0..choices)
+                .map(|_| CompletionLogprobsBuilder::default())
+                .collect()
+        }),
         include_usage: a.include_usage,
     };
-    if a.stream {
-        let metrics = state.metrics.clone();
-        return Ok(sse_response(a.generation, format, a.include_usage, metrics));
-    }
-    let out = a.generation.collect().await?;
-    let logprobs = format.logprobs.as_mut().map(|b| {
-        b.build(
-            &format.model.tokenizer,
-            out.prompt_scored.iter().chain(&out.tokens),
-        )
-    });
-    let choice = CompletionChoice {
-        index: 0,
-        text: out.text,
-        logprobs,
-        finish_reason: Some(out.finish.as_str()),
+    let (outs, usage, mut format) = match a.answer(&state, format).await? {
+        Answer::Stream(response) => return Ok(response),
+        Answer::Whole(choices, usage, format) => (choices, usage, format),
     };
-    Ok(axum::Json(format.response(vec![choice], Some(Some(out.usage)))).into_response())
+    let choices = outs
+        .into_iter()
+        .enumerate()
+        .map(|(index, out)| {
+            let logprobs = format.logprobs.as_mut().map(|b| {
+                b[index].build(
+                    &format.model.tokenizer,
+                    out.prompt_scored.iter().chain(&out.tokens),
+                )
+            });
+            CompletionChoice {
+                index,
+                text: out.text,
+                logprobs,
+                finish_reason: Some(out.finish.as_str()),
+            }
+        })
+        .collect();
+    Ok(axum::Json(format.response(choices, Some(Some(usage)))).into_response())
 }
 
 struct CompletionFormat {
@@ -53,7 +63,8 @@ struct CompletionFormat {
     created: u64,
     model_name: String,
     model: Arc<LoadedModel>,
-    logprobs: Option<CompletionLogprobsBuilder>,
+    /// One builder per choice (text offsets run on within a choice).
+    logprobs: Option<Vec<CompletionLogprobsBuilder>>,
     include_usage: bool,
 }
 
@@ -77,15 +88,15 @@ impl CompletionFormat {
 impl StreamFormat for CompletionFormat {
     type Json = CompletionResponse;
 
-    fn chunk(&mut self, chunk: Chunk) -> CompletionResponse {
+    fn chunk(&mut self, index: usize, chunk: Chunk) -> CompletionResponse {
         let tokenizer = &self.model.tokenizer;
         let logprobs = self
             .logprobs
             .as_mut()
             .filter(|_| chunk.token.is_some() || !chunk.prompt_scored.is_empty())
-            .map(|b| b.build(tokenizer, chunk.prompt_scored.iter().chain(&chunk.token)));
+            .map(|b| b[index].build(tokenizer, chunk.prompt_scored.iter().chain(&chunk.token)));
         let choice = CompletionChoice {
-            index: 0,
+            index,
             text: chunk.text,
             logprobs,
             finish_reason: chunk.finish.map(|f| f.as_str()),

@@ -12,7 +12,9 @@ pub mod tokenize;
 pub mod tokenizer_info;
 
 use crate::error::ApiError;
-use crate::generation::Generation;
+use crate::generation::{Collected, Generation};
+use crate::openai_types::Usage;
+use crate::sse::{sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::validation::{Limits, ValidatedRequest, ValidationError};
 use braid_model::LoadedModel;
@@ -40,13 +42,48 @@ pub(crate) async fn blocking<T: Send + 'static>(
     .map_err(|e| ApiError::internal(format!("request processing failed: {e}")))
 }
 
-/// A generation request that passed validation and is queued, with what its response needs.
+/// A generation request that passed validation and is queued (one generation per choice, in
+/// choice order), with what its response needs.
 pub(crate) struct Admitted {
-    pub generation: Generation,
+    pub generations: Vec<Generation>,
+    /// Choices per prompt.
+    pub n: usize,
     pub model: Arc<LoadedModel>,
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: bool,
+}
+
+/// A request's answer: its stream, or every choice run to its end (in choice order) with the
+/// request's usage and the format back, for the endpoint to shape.
+pub(crate) enum Answer<F> {
+    Stream(axum::response::Response),
+    Whole(Vec<Collected>, Usage, F),
+}
+
+impl Admitted {
+    pub async fn answer<F: StreamFormat>(
+        self,
+        state: &AppState,
+        format: F,
+    ) -> Result<Answer<F>, ApiError> {
+        if self.stream {
+            let metrics = state.metrics.clone();
+            let response = sse_response(
+                self.generations,
+                self.n,
+                format,
+                self.include_usage,
+                metrics,
+            );
+            return Ok(Answer::Stream(response));
+        }
+        let choices =
+            futures::future::try_join_all(self.generations.into_iter().map(Generation::collect))
+                .await?;
+        let usage = Usage::of_choices(choices.iter().map(|c| c.usage), self.n);
+        Ok(Answer::Whole(choices, usage, format))
+    }
 }
 
 /// What both generation endpoints do first: validate the body (off the async workers) and
@@ -61,10 +98,21 @@ pub(crate) async fn admit<R: Send + 'static>(
     let ready = state.ready()?;
     let (model, limits) = (ready.model.clone(), ready.limits.clone());
     let valid = blocking(state, move || validate(&req, &model, &limits)).await??;
-    let (stream, include_usage, logprobs) =
-        (valid.stream, valid.include_usage, valid.logprobs.is_some());
+    let (stream, include_usage, logprobs, n) = (
+        valid.stream,
+        valid.include_usage,
+        valid.logprobs.is_some(),
+        valid.n,
+    );
+    // A refused choice drops the ones already queued, which cancels them.
+    let generations = valid
+        .choices()
+        .into_iter()
+        .map(|choice| Generation::start(state, ready, choice, arrival, endpoint))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Admitted {
-        generation: Generation::start(state, ready, valid, arrival, endpoint)?,
+        generations,
+        n,
         model: ready.model.clone(),
         stream,
         include_usage,
