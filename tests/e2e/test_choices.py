@@ -67,3 +67,17 @@ def test_a_prompt_array_with_n_orders_choices_prompt_by_prompt(client):
     assert all(c.text.startswith("Red") for c in r.choices[:2])
     assert all(c.text.startswith("Blue") for c in r.choices[2:])
     assert r.choices[0].text != r.choices[1].text or r.choices[2].text != r.choices[3].text
+
+
+def test_n_choices_read_the_prompt_once(server, client):
+    """Choices 1..3 wait for choice 0 to read the prompt, then take its KV blocks from the prefix
+    cache: only the last partial block is read again."""
+    def hits():
+        return server.metrics().get("braid_prefix_cache_hits_total", 0.0)
+
+    words = " ".join(f"item{i} is number {i * 7 % 13}." for i in range(60))
+    before = hits()
+    r = client.completions.create(model="", prompt=words, n=4, max_tokens=4, temperature=1.0, seed=1)
+    shared = hits() - before
+    assert r.usage.prompt_tokens > 200
+    assert shared >= 3 * r.usage.prompt_tokens * 0.8, (shared, r.usage.prompt_tokens)

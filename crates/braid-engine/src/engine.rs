@@ -178,6 +178,7 @@ impl Engine {
             prompt,
             max_tokens,
             score_prompt,
+            shares_prompt_with,
             params,
             stop_token_ids,
             arrival,
@@ -196,6 +197,9 @@ impl Engine {
             Some(_) => self.sched.add_scored(id, prompt, stop, arrival_secs),
             None => self.sched.add(id, prompt, stop, arrival_secs),
         };
+        if let (Ok(()), Some(leader)) = (&added, shares_prompt_with) {
+            self.sched.share_prompt(id, leader);
+        }
         if let Err(e) = added {
             tracing::warn!(parent: &span, "the scheduler refused the request: {e}");
             let _ = events.send(EngineEvent::Failed(e.to_string()));

@@ -143,6 +143,7 @@ mod tests {
             prompt: vec![1, 2, 3],
             max_tokens: 4,
             score_prompt: None,
+            shares_prompt_with: None,
             params: SamplingParams::greedy(),
             stop_token_ids: vec![],
             arrival: Instant::now(),

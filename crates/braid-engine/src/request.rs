@@ -19,6 +19,9 @@ pub struct EngineRequest {
     /// Score the prompt: each prompt token's log-probability, with this many alternatives,
     /// arrives as `EngineEvent::PromptScored` before the first token.
     pub score_prompt: Option<usize>,
+    /// An earlier request for another choice of the same prompt (`n` > 1): this one waits
+    /// until that one has read the prompt, then shares its KV blocks through the prefix cache.
+    pub shares_prompt_with: Option<u64>,
     pub params: SamplingParams,
     /// Generation ends when one of these is sampled (empty with `ignore_eos`). The stop token
     /// itself is not part of the output.

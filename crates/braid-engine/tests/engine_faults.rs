@@ -71,6 +71,7 @@ fn request(
         prompt,
         max_tokens,
         score_prompt: None,
+        shares_prompt_with: None,
         params: SamplingParams::greedy(),
         stop_token_ids,
         arrival: Instant::now(),

@@ -158,6 +158,26 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Makes waiting sequence `id` (another choice of `leader`'s prompt, `n` > 1) wait until
+    /// `leader` has read its prompt, then start from the prefix cache: the prompt is read once
+    /// and its full blocks are shared, only the last partial block being computed again.
+    /// Without prefix caching there is nothing to share and nothing changes.
+    pub fn share_prompt(&mut self, id: SeqId, leader: SeqId) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            if self.cfg.prefix_caching && seq.state == SeqState::Waiting {
+                seq.shares_prompt_of = Some(leader);
+            }
+        }
+    }
+
+    /// Whether `id` still waits for the sequence whose prompt it shares.
+    fn waits_for_shared_prompt(&self, id: SeqId) -> bool {
+        let leader = self.seqs[&id]
+            .shares_prompt_of
+            .and_then(|l| self.seqs.get(&l));
+        leader.is_some_and(|l| l.num_computed < l.prompt_len)
+    }
+
     /// The client went away: frees its blocks at once and forgets it. `false` if unknown.
     pub fn abort(&mut self, id: SeqId) -> bool {
         self.remove(id, SeqState::Cancelled).is_some()
@@ -239,8 +259,10 @@ impl Scheduler {
             {
                 break;
             }
-            if !self.seqs[&id].can_generate() {
-                idx += 1; // preempted after a sample never committed; blocks nobody
+            if !self.seqs[&id].can_generate() || self.waits_for_shared_prompt(id) {
+                // Preempted after a sample never committed, or held for its prompt's other
+                // choice: either way it blocks nobody.
+                idx += 1;
                 continue;
             }
             let reused = self.reuse_cached_prefix(id);

@@ -77,6 +77,42 @@ fn a_scored_prompt_wants_every_rows_logits_in_bounded_slices_and_skips_the_prefi
 }
 
 #[test]
+fn a_choice_sharing_a_prompt_waits_for_it_then_starts_from_the_cached_blocks() {
+    let mut c = cfg(64);
+    c.prefix_caching = true;
+    c.max_batched_tokens = 16;
+    c.max_model_len = 128;
+    let mut s = Scheduler::new(c);
+    let prompt: Vec<u32> = (0..30).collect();
+    s.add(1, prompt.clone(), 4, 0.0).unwrap();
+    s.add(2, prompt, 4, 0.0).unwrap();
+    s.share_prompt(2, 1);
+    s.add(3, vec![7; 5], 4, 0.0).unwrap();
+    let mut starts = Vec::new();
+    for k in 0..20 {
+        let plan = s.plan(k as f64 * 0.01);
+        for c in plan.chunks.iter().filter(|c| c.seq == 2 && !c.is_decode) {
+            assert_eq!(
+                s.seqs[&1].num_computed, 30,
+                "2 ran before 1 read the prompt"
+            );
+            starts.push(c.start);
+        }
+        let sampled: Vec<_> = plan
+            .chunks
+            .iter()
+            .filter(|c| c.sample)
+            .map(|c| (c.seq, 5))
+            .collect();
+        s.commit(&plan, &sampled);
+        s.check_invariants().unwrap();
+    }
+    // Blocks of 4: the leader's seven full blocks are shared; only 28..30 is read again.
+    assert_eq!(starts, [28]);
+    assert!(s.is_idle());
+}
+
+#[test]
 fn prompts_holding_the_pool_do_not_wait_on_each_other() {
     let mut s = Scheduler::new(cfg(4));
     s.add(1, vec![1; 16], 1, 0.0).unwrap();

@@ -132,6 +132,9 @@ pub struct Sequence {
     pub cached_tokens: usize,
     /// Its prompt is scored: every prompt row's logits are computed (`Scheduler::add_scored`).
     pub score_prompt: bool,
+    /// Another choice of the same prompt, whose prompt this one waits for
+    /// (`Scheduler::share_prompt`).
+    pub shares_prompt_of: Option<SeqId>,
 }
 
 impl Sequence {
@@ -154,6 +157,7 @@ impl Sequence {
             num_cached_blocks: 0,
             cached_tokens: 0,
             score_prompt: false,
+            shares_prompt_of: None,
         }
     }
 

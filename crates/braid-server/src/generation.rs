@@ -76,12 +76,15 @@ pub struct Generation {
 
 impl Generation {
     /// Submits `req` to the engine: 429 when its queue is full, 503 when draining.
+    /// `shares_prompt_with`: the generation of another choice of the same prompt, whose KV
+    /// blocks this one reuses.
     pub fn start(
         state: &AppState,
         ready: &Ready,
         req: ValidatedRequest,
         arrival: Instant,
         endpoint: &'static str,
+        shares_prompt_with: Option<u64>,
     ) -> Result<Self, ApiError> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let id = ready.engine.next_request_id();
@@ -92,6 +95,7 @@ impl Generation {
             prompt: req.prompt,
             max_tokens: req.max_tokens,
             score_prompt: req.score_prompt,
+            shares_prompt_with,
             params: req.params,
             stop_token_ids: req.stop_token_ids,
             arrival,

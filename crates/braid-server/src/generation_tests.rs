@@ -142,7 +142,15 @@ async fn a_stalled_sequence_ends_at_the_deadline_with_length() {
     });
     let ready = state.get_ready().unwrap();
     let started = Instant::now();
-    let g = Generation::start(&state, ready, request(100, &[]), Instant::now(), "test").unwrap();
+    let g = Generation::start(
+        &state,
+        ready,
+        request(100, &[]),
+        Instant::now(),
+        "test",
+        None,
+    )
+    .unwrap();
     let out = g.collect().await.unwrap();
     assert_eq!(
         (out.text.as_str(), out.finish, out.usage.completion_tokens),
@@ -171,8 +179,15 @@ async fn a_stop_string_cuts_the_text_and_cancels_the_sequence() {
         }
     });
     let ready = state.get_ready().unwrap();
-    let g =
-        Generation::start(&state, ready, request(100, &["cd"]), Instant::now(), "test").unwrap();
+    let g = Generation::start(
+        &state,
+        ready,
+        request(100, &["cd"]),
+        Instant::now(),
+        "test",
+        None,
+    )
+    .unwrap();
     let out = g.collect().await.unwrap();
     assert_eq!(
         (out.text.as_str(), out.finish, out.usage.completion_tokens),
@@ -201,8 +216,15 @@ async fn held_text_is_released_when_the_engine_finishes() {
         }));
     });
     let ready = state.get_ready().unwrap();
-    let g =
-        Generation::start(&state, ready, request(100, &["ab"]), Instant::now(), "test").unwrap();
+    let g = Generation::start(
+        &state,
+        ready,
+        request(100, &["ab"]),
+        Instant::now(),
+        "test",
+        None,
+    )
+    .unwrap();
     let out = g.collect().await.unwrap();
     assert_eq!((out.text.as_str(), out.finish), ("xa", FinishReason::Stop));
 }
@@ -273,7 +295,8 @@ async fn a_request_larger_than_the_kv_pool_is_a_400_naming_both_sizes() {
 async fn a_request_the_engine_drops_is_an_error_not_a_hang() {
     let state = fake_server(10, drop);
     let ready = state.get_ready().unwrap();
-    let g = Generation::start(&state, ready, request(5, &[]), Instant::now(), "test").unwrap();
+    let g =
+        Generation::start(&state, ready, request(5, &[]), Instant::now(), "test", None).unwrap();
     let err = tokio::time::timeout(Duration::from_secs(5), g.collect())
         .await
         .unwrap()

@@ -48,6 +48,7 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
         prompt,
         max_tokens: n,
         score_prompt: None,
+        shares_prompt_with: None,
         params: SamplingParams::greedy(),
         stop_token_ids: vec![],
         arrival: Instant::now(),

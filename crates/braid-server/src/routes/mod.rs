@@ -104,12 +104,20 @@ pub(crate) async fn admit<R: Send + 'static>(
         valid.logprobs.is_some(),
         valid.n,
     );
-    // A refused choice drops the ones already queued, which cancels them.
-    let generations = valid
-        .choices()
-        .into_iter()
-        .map(|choice| Generation::start(state, ready, choice, arrival, endpoint))
-        .collect::<Result<Vec<_>, _>>()?;
+    // A refused choice drops the ones already queued, which cancels them. A prompt's first
+    // choice reads it; its other choices share those KV blocks.
+    let mut generations: Vec<Generation> = Vec::new();
+    for (i, choice) in valid.choices().into_iter().enumerate() {
+        let first_of_prompt = (i % n != 0).then(|| generations[i - i % n].id);
+        generations.push(Generation::start(
+            state,
+            ready,
+            choice,
+            arrival,
+            endpoint,
+            first_of_prompt,
+        )?);
+    }
     Ok(Admitted {
         generations,
         n,
