@@ -35,6 +35,17 @@ fn force_running(s: &mut Scheduler, id: SeqId, state: SeqState, computed: usize)
     }
 }
 
+/// Commits `plan` with token 5 for every sampled chunk; returns who finished.
+fn commit_fives(s: &mut Scheduler, plan: &StepPlan) -> Vec<FinishedSeq> {
+    let sampled: Vec<_> = plan
+        .chunks
+        .iter()
+        .filter(|c| c.sample)
+        .map(|c| (c.seq, 5))
+        .collect();
+    s.commit(plan, &sampled)
+}
+
 fn run_to_idle(s: &mut Scheduler) {
     for k in 0..200 {
         if s.is_idle() {
@@ -43,13 +54,7 @@ fn run_to_idle(s: &mut Scheduler) {
         let plan = s.plan(k as f64 * 0.01);
         assert!(!plan.is_empty());
         s.check_invariants().unwrap();
-        let sampled: Vec<_> = plan
-            .chunks
-            .iter()
-            .filter(|c| c.sample)
-            .map(|c| (c.seq, 5))
-            .collect();
-        for f in s.commit(&plan, &sampled) {
+        for f in commit_fives(s, &plan) {
             assert_eq!(f.reason, FinishReason::Length);
         }
     }
@@ -98,13 +103,7 @@ fn a_choice_sharing_a_prompt_waits_for_it_then_starts_from_the_cached_blocks() {
             );
             starts.push(c.start);
         }
-        let sampled: Vec<_> = plan
-            .chunks
-            .iter()
-            .filter(|c| c.sample)
-            .map(|c| (c.seq, 5))
-            .collect();
-        s.commit(&plan, &sampled);
+        commit_fives(&mut s, &plan);
         s.check_invariants().unwrap();
     }
     // Blocks of 4: the leader's seven full blocks are shared; only 28..30 is read again.

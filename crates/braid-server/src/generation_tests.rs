@@ -97,6 +97,13 @@ fn fake_server_with_pool(
     state
 }
 
+/// Starts a test generation of `request(max_tokens, stops)`.
+fn start(state: &AppState, max_tokens: usize, stops: &[&str]) -> Generation {
+    let ready = state.get_ready().unwrap();
+    let req = request(max_tokens, stops);
+    Generation::start(state, ready, req, Instant::now(), "test", None).unwrap()
+}
+
 fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
     ValidatedRequest {
         prompt: vec![byte_token(b'a')],
@@ -140,17 +147,8 @@ async fn a_stalled_sequence_ends_at_the_deadline_with_length() {
             std::thread::sleep(Duration::from_millis(10));
         }
     });
-    let ready = state.get_ready().unwrap();
     let started = Instant::now();
-    let g = Generation::start(
-        &state,
-        ready,
-        request(100, &[]),
-        Instant::now(),
-        "test",
-        None,
-    )
-    .unwrap();
+    let g = start(&state, 100, &[]);
     let out = g.collect().await.unwrap();
     assert_eq!(
         (out.text.as_str(), out.finish, out.usage.completion_tokens),
@@ -178,16 +176,7 @@ async fn a_stop_string_cuts_the_text_and_cancels_the_sequence() {
             std::thread::sleep(Duration::from_millis(2));
         }
     });
-    let ready = state.get_ready().unwrap();
-    let g = Generation::start(
-        &state,
-        ready,
-        request(100, &["cd"]),
-        Instant::now(),
-        "test",
-        None,
-    )
-    .unwrap();
+    let g = start(&state, 100, &["cd"]);
     let out = g.collect().await.unwrap();
     assert_eq!(
         (out.text.as_str(), out.finish, out.usage.completion_tokens),
@@ -215,16 +204,7 @@ async fn held_text_is_released_when_the_engine_finishes() {
             queue_secs: None,
         }));
     });
-    let ready = state.get_ready().unwrap();
-    let g = Generation::start(
-        &state,
-        ready,
-        request(100, &["ab"]),
-        Instant::now(),
-        "test",
-        None,
-    )
-    .unwrap();
+    let g = start(&state, 100, &["ab"]);
     let out = g.collect().await.unwrap();
     assert_eq!((out.text.as_str(), out.finish), ("xa", FinishReason::Stop));
 }
@@ -294,9 +274,7 @@ async fn a_request_larger_than_the_kv_pool_is_a_400_naming_both_sizes() {
 #[tokio::test]
 async fn a_request_the_engine_drops_is_an_error_not_a_hang() {
     let state = fake_server(10, drop);
-    let ready = state.get_ready().unwrap();
-    let g =
-        Generation::start(&state, ready, request(5, &[]), Instant::now(), "test", None).unwrap();
+    let g = start(&state, 5, &[]);
     let err = tokio::time::timeout(Duration::from_secs(5), g.collect())
         .await
         .unwrap()
