@@ -174,6 +174,7 @@ impl Engine {
             prompt,
             max_tokens,
             params,
+            constraint,
             stop_token_ids,
             arrival,
             events,
@@ -181,7 +182,7 @@ impl Engine {
         } = sub.request;
         let arrival_secs = arrival.saturating_duration_since(self.epoch).as_secs_f64();
         let prompt_tokens = prompt.len();
-        let sampler = Sampler::new(params, &prompt);
+        let sampler = Sampler::new(params, &prompt).with_constraint(constraint);
         let stop = StopConditions {
             max_new_tokens: max_tokens,
             stop_token_ids,

@@ -142,6 +142,7 @@ mod tests {
             prompt: vec![1, 2, 3],
             max_tokens: 4,
             params: SamplingParams::greedy(),
+            constraint: None,
             stop_token_ids: vec![],
             arrival: Instant::now(),
             events: tokio::sync::mpsc::unbounded_channel().0,

@@ -71,6 +71,7 @@ fn request(
         prompt,
         max_tokens,
         params: SamplingParams::greedy(),
+        constraint: None,
         stop_token_ids,
         arrival: Instant::now(),
         events: tx,

@@ -165,6 +165,26 @@ pub struct TokenConstraint {
     trie_eos: u32,
 }
 
+/// A copy at the same point of the grammar, going on independently.
+impl Clone for TokenConstraint {
+    fn clone(&self) -> Self {
+        Self {
+            matcher: self.matcher.deep_clone(),
+            first: self.first.clone(),
+            eos_ids: self.eos_ids.clone(),
+            trie_eos: self.trie_eos,
+        }
+    }
+}
+
+impl std::fmt::Debug for TokenConstraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenConstraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .finish_non_exhaustive()
+    }
+}
+
 impl TokenConstraint {
     /// Sets every token the grammar does not allow next to -inf. Once the grammar is complete
     /// only end-of-sequence is left, and the sequence stops there.
@@ -259,7 +279,7 @@ mod tests {
     #[test]
     fn a_bad_grammar_is_refused_with_the_reason() {
         let g = Grammars::new(&tiny_tokenizer()).unwrap();
-        let err = |c: Constraint| g.compile(&c).err().expect("refused");
+        let err = |c: Constraint| g.compile(&c).expect_err("refused");
         assert!(err(Constraint::Regex("(ab".into())).contains("regex"));
         assert!(!err(Constraint::JsonSchema(serde_json::json!({"type": 5}))).is_empty());
         assert!(!err(Constraint::JsonSchema(

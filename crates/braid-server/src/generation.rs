@@ -87,6 +87,7 @@ impl Generation {
             prompt: req.prompt,
             max_tokens: req.max_tokens,
             params: req.params,
+            constraint: req.constraint,
             stop_token_ids: req.stop_token_ids,
             arrival,
             events: tx,

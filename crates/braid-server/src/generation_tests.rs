@@ -108,6 +108,7 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         include_usage: false,
         echo: None,
         logprobs: None,
+        constraint: None,
     }
 }
 

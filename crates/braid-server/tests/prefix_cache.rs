@@ -48,6 +48,7 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
         prompt,
         max_tokens: n,
         params: SamplingParams::greedy(),
+        constraint: None,
         stop_token_ids: vec![],
         arrival: Instant::now(),
         events: tx,
