@@ -35,6 +35,24 @@ pub enum Constraint {
     Lark(String),
 }
 
+/// The largest schema, regex, grammar or list of choices compiled, in bytes. Compiling costs
+/// memory in proportion (a 800 KB schema takes some 100 MB before llguidance refuses it), and
+/// OpenAI's own bounds on a schema (100 properties, 15,000 characters of names) fit many
+/// times over.
+pub const MAX_SOURCE_BYTES: usize = 128 * 1024;
+
+impl Constraint {
+    /// Size of the grammar's source as the client wrote it.
+    fn source_bytes(&self) -> usize {
+        match self {
+            Constraint::JsonObject => 0,
+            Constraint::JsonSchema(schema) => schema.to_string().len(),
+            Constraint::Regex(src) | Constraint::Lark(src) => src.len(),
+            Constraint::Choice(choices) => choices.iter().map(|c| c.len() + 1).sum(),
+        }
+    }
+}
+
 /// Bounds on the work one grammar may cost. llguidance's defaults allow a mask to take tens
 /// of milliseconds; a shared engine step should not wait that long for one sequence.
 fn limits() -> ParserLimits {
@@ -78,6 +96,17 @@ impl Grammars {
     /// Compiles `constraint` into a matcher at the start of an output; the error says what is
     /// wrong with it, for the client.
     pub fn compile(&self, constraint: &Constraint) -> Result<TokenConstraint, String> {
+        let size = constraint.source_bytes();
+        if size > MAX_SOURCE_BYTES {
+            return Err(format!(
+                "it is {size} bytes long; at most {MAX_SOURCE_BYTES} are accepted"
+            ));
+        }
+        self.compile_unbounded(constraint)
+    }
+
+    /// [`compile`](Self::compile) without the size bound: llguidance's limits alone.
+    fn compile_unbounded(&self, constraint: &Constraint) -> Result<TokenConstraint, String> {
         let grammar = match constraint {
             Constraint::JsonObject => json_grammar(serde_json::json!({"type": "object"})),
             Constraint::JsonSchema(schema) => json_grammar(schema.clone()),
@@ -86,22 +115,19 @@ impl Grammars {
                 if choices.is_empty() {
                     return Err("needs at least one choice".into());
                 }
-                let alternatives: Vec<String> = choices
-                    .iter()
-                    .map(|c| serde_json::Value::String(c.clone()).to_string())
-                    .collect();
-                TopLevelGrammar::from_lark(format!("start: {}", alternatives.join(" | ")))
+                // One regex, not a grammar rule per choice: a lexeme is bounded by the lexer's
+                // fuel, so a list of 100,000 choices is refused in milliseconds.
+                let alternatives: Vec<String> =
+                    choices.iter().map(|c| regex_syntax::escape(c)).collect();
+                TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
             }
             Constraint::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
         };
-        let parser = self
-            .factory
-            .create_parser(grammar)
-            .map_err(|e| e.to_string())?;
+        let parser = self.factory.create_parser(grammar).map_err(problem)?;
         let mut matcher = Matcher::new(Ok(parser));
         // The first mask is where a grammar too costly to follow shows itself; refuse it now
         // rather than end the sequence at its first token.
-        let first = matcher.compute_mask().map_err(|e| e.to_string())?;
+        let first = matcher.compute_mask().map_err(problem)?;
         if first.is_zero() {
             return Err("the grammar allows no output at all".into());
         }
@@ -111,6 +137,18 @@ impl Grammars {
             eos_ids: self.eos_ids.clone(),
             trie_eos: self.factory.tok_env().tok_trie().eos_token(),
         })
+    }
+}
+
+/// llguidance's error as a client should read it: its first line, without the marker it
+/// appends when errors are not verbose, nor a backtrace.
+fn problem(e: impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    match first {
+        // A grammar whose rules never reach text (a `$ref` cycle) leaves nothing to sample.
+        "NoExtensionBias" => "no output can satisfy it (a rule refers only to itself?)".into(),
+        _ => first.to_string(),
     }
 }
 
@@ -195,7 +233,10 @@ impl TokenConstraint {
                 Ok(m) if !m.is_zero() => Some(m),
                 Ok(_) => None,
                 Err(e) => {
-                    tracing::warn!("structured output: the grammar failed a step ({e}); ending");
+                    tracing::warn!(
+                        "structured output: the grammar failed a step ({}); ending",
+                        problem(e)
+                    );
                     None
                 }
             },
@@ -222,14 +263,16 @@ impl TokenConstraint {
     }
 
     /// Advances the grammar past `token` (one [`mask_logits`](Self::mask_logits) allowed).
+    /// End of sequence ends the sequence too, so the grammar need not hear of it.
     pub fn consume(&mut self, token: u32) {
-        let token = if self.eos_ids.contains(&token) {
-            self.trie_eos
-        } else {
-            token
-        };
+        if self.eos_ids.contains(&token) {
+            return;
+        }
         if let Err(e) = self.matcher.consume_token(token) {
-            tracing::warn!("structured output: the grammar refused a token ({e})");
+            tracing::warn!(
+                "structured output: the grammar refused a token ({})",
+                problem(e)
+            );
         }
     }
 }
@@ -288,6 +331,25 @@ mod tests {
         .is_empty());
         assert!(!err(Constraint::Lark("start: ???".into())).is_empty());
         assert!(err(Constraint::Choice(vec![])).contains("choice"));
+    }
+
+    #[test]
+    fn llguidance_s_limits_refuse_a_costly_grammar_even_under_the_size_bound() {
+        let g = Grammars::new(&tiny_tokenizer()).unwrap();
+        let words: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+        let e = g
+            .compile_unbounded(&Constraint::Choice(words.clone()))
+            .expect_err("refused");
+        assert!(e.contains("too big"), "{e}");
+        let enum_schema = serde_json::json!({ "enum": words });
+        let e = g
+            .compile_unbounded(&Constraint::JsonSchema(enum_schema.clone()))
+            .expect_err("refused");
+        assert!(e.contains("too big"), "{e}");
+        let e = g
+            .compile(&Constraint::JsonSchema(enum_schema))
+            .expect_err("refused");
+        assert!(e.contains("at most 131072"), "{e}");
     }
 
     /// Samples until end of sequence from random logits, as an untrained model would give.
