@@ -91,6 +91,11 @@ pub struct CommonArgs {
     /// Short requests sent (one at a time) before measuring, and not recorded.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
+    /// A JSON Schema file put on every request as `response_format` (json_schema), to measure
+    /// what structured outputs cost. Answers then end where the schema is complete, so for a
+    /// like-for-like token count use one that `max_tokens` cuts (an unbounded array).
+    #[arg(long)]
+    pub json_schema: Option<PathBuf>,
 }
 
 impl CommonArgs {
@@ -99,6 +104,18 @@ impl CommonArgs {
             ttft_ms: self.slo_ttft_ms,
             itl_p99_ms: self.slo_itl_p99_ms,
         }
+    }
+
+    /// The `--json-schema` file's schema, if one was given.
+    pub fn json_schema(&self) -> anyhow::Result<Option<serde_json::Value>> {
+        let Some(path) = &self.json_schema else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--json-schema {}: {e}", path.display()))?;
+        let schema = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("--json-schema {} is not JSON: {e}", path.display()))?;
+        Ok(Some(schema))
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {

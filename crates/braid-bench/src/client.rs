@@ -31,6 +31,8 @@ pub struct Client {
     http: reqwest::Client,
     base: String,
     api_key: Option<String>,
+    /// Sent as every request's `response_format` (`braid bench --json-schema`).
+    response_format: Option<Value>,
 }
 
 /// How one request went, with times as seconds since it was sent.
@@ -84,7 +86,18 @@ impl Client {
             http,
             base: base_url.trim_end_matches('/').to_string(),
             api_key,
+            response_format: None,
         })
+    }
+
+    /// Every request asks for JSON following `schema` (OpenAI's `response_format` of type
+    /// `json_schema`), to measure what a structured output costs.
+    pub fn with_json_schema(mut self, schema: Value) -> Self {
+        self.response_format = Some(json!({
+            "type": "json_schema",
+            "json_schema": {"name": "bench", "schema": schema, "strict": true},
+        }));
+        self
     }
 
     /// `path` under the server's `/v1`, whether or not the base URL already ends in it.
@@ -151,7 +164,7 @@ impl Client {
         max_tokens: usize,
         deadline: Instant,
     ) -> Trace {
-        let body = request_body(model, prompt, max_tokens);
+        let body = request_body(model, prompt, max_tokens, self.response_format.as_ref());
         let rb = self.authorized(self.http.post(self.endpoint("completions")).json(&body));
         let sent = Instant::now();
         let mut t = Trace {
@@ -244,17 +257,28 @@ impl Trace {
     }
 }
 
-/// The JSON body of every benchmark request: streamed, greedy, exactly `max_tokens` long.
-pub fn request_body(model: &str, prompt: &Prompt, max_tokens: usize) -> Value {
-    json!({
+/// The JSON body of every benchmark request: streamed, greedy, exactly `max_tokens` long;
+/// with a `response_format`, up to `max_tokens` long, since a structured output ends where its
+/// schema is complete (and a server refuses `ignore_eos` with it).
+pub fn request_body(
+    model: &str,
+    prompt: &Prompt,
+    max_tokens: usize,
+    response_format: Option<&Value>,
+) -> Value {
+    let mut body = json!({
         "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "stream": true,
-        "ignore_eos": true,
         "temperature": 0,
         "stream_options": {"include_usage": true},
-    })
+    });
+    match response_format {
+        Some(format) => body["response_format"] = format.clone(),
+        None => body["ignore_eos"] = json!(true),
+    }
+    body
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -403,13 +427,28 @@ mod tests {
 
     #[test]
     fn body_asks_for_a_greedy_stream_of_fixed_length() {
-        let b = request_body("m", &Prompt::Tokens(vec![5, 6]), 7);
+        let b = request_body("m", &Prompt::Tokens(vec![5, 6]), 7, None);
         assert_eq!(b["prompt"], json!([5, 6]));
         assert_eq!(b["max_tokens"], 7);
         assert_eq!(b["stream"], true);
         assert_eq!(b["ignore_eos"], true);
         assert_eq!(b["temperature"], 0);
         assert_eq!(b["stream_options"]["include_usage"], true);
+        assert!(b.get("response_format").is_none());
+    }
+
+    #[test]
+    fn a_json_schema_goes_on_the_body_as_response_format_without_ignore_eos() {
+        let c = Client::new("http://127.0.0.1:1", None)
+            .unwrap()
+            .with_json_schema(json!({"type": "object"}));
+        let b = request_body("m", &Prompt::Tokens(vec![5]), 7, c.response_format.as_ref());
+        assert_eq!(b["response_format"]["type"], "json_schema");
+        assert_eq!(
+            b["response_format"]["json_schema"]["schema"],
+            json!({"type": "object"})
+        );
+        assert!(b.get("ignore_eos").is_none());
     }
 
     #[test]

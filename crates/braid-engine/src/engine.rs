@@ -23,6 +23,7 @@ use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler
 use braid_sched::{
     FinishReason, Scheduler, SchedulerConfig, SeqId, StepFeatures, StepPlan, StopConditions,
 };
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
@@ -180,6 +181,7 @@ impl Engine {
             score_prompt,
             shares_prompt_with,
             params,
+            constraint,
             stop_token_ids,
             arrival,
             events,
@@ -187,7 +189,7 @@ impl Engine {
         } = sub.request;
         let arrival_secs = arrival.saturating_duration_since(self.epoch).as_secs_f64();
         let prompt_tokens = prompt.len();
-        let sampler = Sampler::new(params, &prompt);
+        let sampler = Sampler::new(params, &prompt).with_constraint(constraint);
         let scores = score_prompt.map(|top| PromptScores::new(&prompt, top));
         let stop = StopConditions {
             max_new_tokens: max_tokens.max(1),
@@ -384,19 +386,20 @@ impl Engine {
             .forward(&entries, &mut self.kv, &mut self.ws)?;
         let vocab = self.model.config().vocab_size;
         let row_logits = |row: usize| &logits[row * vocab..(row + 1) * vocab];
-        let mut out = Vec::with_capacity(plan.num_samples());
+        // A scored prompt's chunk brings every row's logits, any other its last row if sampled.
+        let mut sampled_rows = Vec::with_capacity(plan.num_samples());
         let mut row = 0;
         for c in &plan.chunks {
-            let a = self
-                .active
-                .get_mut(&c.seq)
-                .expect("planned sequence is active");
             let rows = match (c.all_logits, c.sample) {
                 (true, _) => c.len,
                 (false, true) => 1,
                 (false, false) => 0,
             };
             if c.all_logits {
+                let a = self
+                    .active
+                    .get_mut(&c.seq)
+                    .expect("planned sequence is active");
                 if let Some(scores) = a.scores.as_mut() {
                     for i in 0..c.len {
                         scores.score(c.start + i, row_logits(row + i));
@@ -404,11 +407,29 @@ impl Engine {
                 }
             }
             if c.sample {
-                out.push((c.seq, a.sampler.sample(row_logits(row + rows - 1))));
+                sampled_rows.push((c.seq, row + rows - 1));
             }
             row += rows;
         }
-        Ok(out)
+        // Each row is sampled on the compute pool: a structured output's grammar mask costs
+        // about 0.1 ms per sequence, and every sampler owns its state (RNG, grammar), so the
+        // result does not depend on which thread ran it.
+        let mut samplers: HashMap<SeqId, &mut Sampler> = self
+            .active
+            .iter_mut()
+            .map(|(&id, a)| (id, &mut a.sampler))
+            .collect();
+        let mut rows: Vec<(SeqId, &mut Sampler, &[f32])> = sampled_rows
+            .into_iter()
+            .map(|(seq, row)| {
+                let sampler = samplers.remove(&seq).expect("planned sequence is active");
+                (seq, sampler, row_logits(row))
+            })
+            .collect();
+        Ok(rows
+            .par_iter_mut()
+            .map(|(id, sampler, logits)| (*id, sampler.sample(logits)))
+            .collect())
     }
 
     /// Tells a request the scheduler ended it (with its last token, unless that was a stop

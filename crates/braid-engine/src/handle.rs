@@ -145,6 +145,7 @@ mod tests {
             score_prompt: None,
             shares_prompt_with: None,
             params: SamplingParams::greedy(),
+            constraint: None,
             stop_token_ids: vec![],
             arrival: Instant::now(),
             events: tokio::sync::mpsc::unbounded_channel().0,

@@ -6,7 +6,7 @@
 //! sequence. The request's tracing span comes along, so the engine's log lines about it
 //! carry the id and endpoint the server gave it.
 
-use braid_model::{Sampled, SamplingParams};
+use braid_model::{Sampled, SamplingParams, TokenConstraint};
 use braid_sched::{AddError, FinishReason};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
@@ -23,6 +23,8 @@ pub struct EngineRequest {
     /// until that one has read the prompt, then shares its KV blocks through the prefix cache.
     pub shares_prompt_with: Option<u64>,
     pub params: SamplingParams,
+    /// A structured output's grammar, which every sampled token follows.
+    pub constraint: Option<TokenConstraint>,
     /// Generation ends when one of these is sampled (empty with `ignore_eos`). The stop token
     /// itself is not part of the output.
     pub stop_token_ids: Vec<u32>,

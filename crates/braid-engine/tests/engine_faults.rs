@@ -73,6 +73,7 @@ fn request(
         score_prompt: None,
         shares_prompt_with: None,
         params: SamplingParams::greedy(),
+        constraint: None,
         stop_token_ids,
         arrival: Instant::now(),
         events: tx,

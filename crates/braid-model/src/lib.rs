@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod chat_template;
 pub mod config;
+pub mod constraint;
 pub mod engine_bench;
 pub mod error;
 pub mod generate;
@@ -26,6 +27,7 @@ pub mod weights;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::ModelConfig;
+pub use constraint::{Constraint, Grammars, TokenConstraint};
 pub use error::{ModelError, Result};
 pub use kv_pool::KvPool;
 pub use model::{BatchEntry, Model, Workspace};
@@ -45,6 +47,9 @@ pub struct LoadedModel {
     pub tokenizer: Tokenizer,
     /// None when the GGUF has no template and none was given: the model cannot chat.
     pub chat_template: Option<ChatTemplate>,
+    /// Structured outputs over this tokenizer, built once; the error says why this model
+    /// cannot have them.
+    pub grammars: std::result::Result<Grammars, String>,
 }
 
 impl LoadedModel {
@@ -95,7 +100,12 @@ impl LoadedModel {
             })
             .transpose()?;
         let weights = weights::load(&ct, path, &config)?;
+        let grammars = Grammars::new(&tokenizer);
+        if let Err(e) = &grammars {
+            tracing::warn!("no structured outputs for this model: {e}");
+        }
         Ok(Self {
+            grammars,
             path: path.to_path_buf(),
             model: Model::new(config, weights),
             tokenizer,

@@ -1,10 +1,12 @@
 //! Turning one row of logits into the next token, per request.
 //!
-//! Order as in vLLM: the request's logit biases and penalties on the raw logits, then temperature, then the min_p / top_k /
+//! Order as in vLLM: the request's logit biases and penalties on the raw logits, then a structured
+//! output's grammar mask (what it does not allow is -inf), then temperature, then the min_p / top_k /
 //! top_p filters, then a draw from a per-request RNG. A request with a seed owns its RNG, so its
 //! output does not depend on what else runs in the same step. Reported logprobs are those of
 //! the model's raw distribution, before any of the request's adjustments.
 
+use crate::constraint::TokenConstraint;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -78,6 +80,9 @@ pub struct Sampler {
     seen: std::collections::HashSet<u32>,
     scratch: Vec<(f32, u32)>,
     adjusted: Vec<f32>,
+    /// A structured output's grammar: masks what it does not allow, before anything else
+    /// picks among the rest.
+    constraint: Option<TokenConstraint>,
 }
 
 impl Sampler {
@@ -98,7 +103,14 @@ impl Sampler {
             seen,
             scratch: Vec::new(),
             adjusted: Vec::new(),
+            constraint: None,
         }
+    }
+
+    /// Keeps every token this sampler picks inside `constraint`'s grammar.
+    pub fn with_constraint(mut self, constraint: Option<TokenConstraint>) -> Self {
+        self.constraint = constraint;
+        self
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -133,11 +145,17 @@ impl Sampler {
                 }
             }
         }
+        if let Some(c) = &mut self.constraint {
+            c.mask_logits(&mut self.adjusted);
+        }
         let token = if p.is_greedy() {
             argmax(&self.adjusted)
         } else {
             self.draw()
         };
+        if let Some(c) = &mut self.constraint {
+            c.consume(token);
+        }
 
         let (logprob, top) = match p.logprobs {
             Some(n) => {

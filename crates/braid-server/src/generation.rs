@@ -97,6 +97,7 @@ impl Generation {
             score_prompt: req.score_prompt,
             shares_prompt_with,
             params: req.params,
+            constraint: req.constraint,
             stop_token_ids: req.stop_token_ids,
             arrival,
             events: tx,

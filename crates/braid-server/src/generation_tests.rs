@@ -118,6 +118,7 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         score_prompt: None,
         more_prompts: vec![],
         n: 1,
+        constraint: None,
     }
 }
 

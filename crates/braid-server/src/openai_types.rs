@@ -47,6 +47,47 @@ pub struct SamplingFields {
     pub user: Option<String>,
     /// Token id (as a string, as OpenAI sends it) → bias added to its logit.
     pub logit_bias: Option<BTreeMap<String, f64>>,
+    pub response_format: Option<ResponseFormat>,
+    pub structured_outputs: Option<StructuredOutputs>,
+    pub guided_json: Option<Value>,
+    pub guided_regex: Option<String>,
+    pub guided_choice: Option<Vec<String>>,
+    pub guided_grammar: Option<String>,
+}
+
+/// OpenAI's `response_format`. Every form is enforced while sampling; `strict: false` is
+/// enforced too, since an answer that does not parse helps no client.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseFormat {
+    /// Free text, as without `response_format`.
+    Text,
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid against `json_schema.schema`.
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct JsonSchemaFormat {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    /// A JSON Schema; absent: any JSON value.
+    #[schema(value_type = Option<Object>)]
+    pub schema: Option<Value>,
+    pub strict: Option<bool>,
+}
+
+/// vLLM's `structured_outputs`: one of these constraints.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+pub struct StructuredOutputs {
+    /// A JSON Schema, as an object or as a string holding one.
+    #[schema(value_type = Option<Object>)]
+    pub json: Option<Value>,
+    pub regex: Option<String>,
+    pub choice: Option<Vec<String>>,
+    /// A grammar in llguidance's Lark dialect.
+    pub grammar: Option<String>,
 }
 
 /// Declares a request type: its own fields, then the sampling and stopping fields that both
@@ -90,6 +131,21 @@ macro_rules! request_with_sampling {
             /// to that token's logit before sampling; -100 bans it, 100 all but forces it.
             #[schema(value_type = Option<BTreeMap<String, f64>>)]
             pub logit_bias: Option<BTreeMap<String, f64>>,
+            /// The output's format, enforced token by token (at most one of this and the
+            /// vLLM fields below). `max_tokens` can still cut the output short, with
+            /// `finish_reason: "length"`.
+            pub response_format: Option<ResponseFormat>,
+            /// vLLM: one constraint of `json`, `regex`, `choice` or `grammar`.
+            pub structured_outputs: Option<StructuredOutputs>,
+            /// vLLM: a JSON Schema the output follows (an object, or a string holding one).
+            #[schema(value_type = Option<Object>)]
+            pub guided_json: Option<Value>,
+            /// vLLM: a regular expression (Rust `regex` syntax) the whole output matches.
+            pub guided_regex: Option<String>,
+            /// vLLM: the output is exactly one of these strings.
+            pub guided_choice: Option<Vec<String>>,
+            /// vLLM: a grammar in llguidance's Lark dialect the output follows.
+            pub guided_grammar: Option<String>,
         }
 
         impl RequestFields for $name {
@@ -115,6 +171,12 @@ macro_rules! request_with_sampling {
                     n: self.n,
                     user: self.user.clone(),
                     logit_bias: self.logit_bias.clone(),
+                    response_format: self.response_format.clone(),
+                    structured_outputs: self.structured_outputs.clone(),
+                    guided_json: self.guided_json.clone(),
+                    guided_regex: self.guided_regex.clone(),
+                    guided_choice: self.guided_choice.clone(),
+                    guided_grammar: self.guided_grammar.clone(),
                 }
             }
         }

@@ -328,6 +328,17 @@ mod tests {
             assert!(completion.get(field).is_some(), "CompletionRequest.{field}");
         }
         assert_eq!(completion["prompt"]["oneOf"].as_array().unwrap().len(), 3);
+        for field in [
+            "response_format",
+            "structured_outputs",
+            "guided_json",
+            "guided_regex",
+            "guided_choice",
+            "guided_grammar",
+        ] {
+            assert!(completion.get(field).is_some(), "CompletionRequest.{field}");
+        }
+        assert!(schemas.get("ResponseFormat").is_some());
         assert!(completion["logit_bias"].is_object());
         assert!(completion["metadata"]["description"]
             .as_str()

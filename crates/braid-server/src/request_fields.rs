@@ -64,25 +64,19 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
         "braid's models do not reason before answering",
     ),
     ("verbosity", "braid's models have no verbosity control"),
-    ("response_format", NO_CONSTRAINTS),
-    ("tools", NO_CONSTRAINTS),
-    ("tool_choice", NO_CONSTRAINTS),
-    ("parallel_tool_calls", NO_CONSTRAINTS),
-    ("structured_outputs", NO_CONSTRAINTS),
-    ("guided_json", NO_CONSTRAINTS),
-    ("guided_regex", NO_CONSTRAINTS),
-    ("guided_choice", NO_CONSTRAINTS),
-    ("guided_grammar", NO_CONSTRAINTS),
+    ("tools", NO_TOOLS),
+    ("tool_choice", NO_TOOLS),
+    ("parallel_tool_calls", NO_TOOLS),
     (
         "prompt_logprobs",
         "vLLM's prompt_logprobs shape is not implemented; send `echo: true` with `logprobs`, which returns the prompt's logprobs in OpenAI's shape",
     ),
 ];
 
-/// Why the constrained-output fields are refused rather than accepted and ignored: unconstrained
-/// text in answer to a request for JSON or a tool call breaks the client later and quietly.
-const NO_CONSTRAINTS: &str =
-    "braid does not constrain its output to a format or tool call yet, and answering with unconstrained text would break the client quietly";
+/// Why the tool fields are refused rather than accepted and ignored: unconstrained text in
+/// answer to a request for a tool call breaks the client later and quietly.
+const NO_TOOLS: &str =
+    "braid does not produce tool calls yet, and answering with unconstrained text would break the client quietly";
 
 /// A request body type whose skipped fields are checked against the groups above.
 pub trait RequestFields: DeserializeOwned {

@@ -5,11 +5,14 @@
 //! ever sees validated values: a finite temperature in range, token ids inside the vocabulary,
 //! a prompt plus `max_tokens` that fits the context.
 
+use crate::openai_types::ResponseFormat;
 use crate::openai_types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, SamplingFields,
 };
 use axum::http::StatusCode;
-use braid_model::{ChatMessage, ChatTemplate, LoadedModel, SamplingParams};
+use braid_model::{
+    ChatMessage, ChatTemplate, Constraint, LoadedModel, SamplingParams, TokenConstraint,
+};
 use serde_json::Value;
 
 /// Request bounds from the model and the server's flags.
@@ -48,6 +51,8 @@ pub struct ValidatedRequest {
     pub more_prompts: Vec<(Vec<u32>, Option<String>)>,
     /// Choices per prompt (`n`).
     pub n: usize,
+    /// The structured output's grammar, compiled and at its start.
+    pub constraint: Option<TokenConstraint>,
 }
 
 /// Most choices per prompt (`n`).
@@ -109,6 +114,16 @@ pub enum ValidationError {
     },
     #[error("{prompts} prompts × `n` {n} = {total} choices; at most {MAX_CHOICES} per request", total = .prompts * .n)]
     TooManyChoices { prompts: usize, n: usize },
+    #[error("give at most one of `{first}` and `{second}`: a request's output follows one format")]
+    TwoConstraints {
+        first: &'static str,
+        second: &'static str,
+    },
+    #[error("`{field}` cannot be enforced: {problem}")]
+    Grammar {
+        field: &'static str,
+        problem: String,
+    },
     #[error("`{field}` has token id {id}, outside the vocabulary of {vocab} tokens (ids 0 to {last})", last = .vocab - 1)]
     TokenOutOfVocab {
         field: &'static str,
@@ -170,7 +185,9 @@ impl ValidationError {
             | ValidationError::TokenOutOfVocab { field, .. }
             | ValidationError::ContextOverflow { field, .. }
             | ValidationError::PromptTooLong { field, .. }
-            | ValidationError::ExactlyOne { first: field, .. } => Some(field),
+            | ValidationError::ExactlyOne { first: field, .. }
+            | ValidationError::TwoConstraints { second: field, .. }
+            | ValidationError::Grammar { field, .. } => Some(field),
             ValidationError::TooManyChoices { .. }
             | ValidationError::PromptFillsContext { .. }
             | ValidationError::Tokenize(_) => Some("prompt"),
@@ -311,6 +328,7 @@ struct Decoding {
     stream: bool,
     include_usage: bool,
     logprobs: Option<usize>,
+    constraint: Option<TokenConstraint>,
 }
 
 impl Decoding {
@@ -327,6 +345,7 @@ impl Decoding {
             stream: f.stream.unwrap_or(false),
             include_usage: include_usage(f),
             logprobs,
+            constraint: constraint(f, model)?,
         })
     }
 
@@ -350,7 +369,99 @@ impl Decoding {
             score_prompt: None,
             more_prompts: Vec::new(),
             n,
+            constraint: self.constraint,
         }
+    }
+}
+
+/// The request's structured output, if it asks for one, compiled against the model's
+/// vocabulary: a grammar that cannot be compiled within llguidance's limits is refused here,
+/// before anything is queued.
+fn constraint(f: &SamplingFields, model: &LoadedModel) -> Result<Option<TokenConstraint>> {
+    let mut given: Vec<(&'static str, Constraint)> = Vec::new();
+    match &f.response_format {
+        None | Some(ResponseFormat::Text) => {}
+        Some(ResponseFormat::JsonObject) => given.push(("response_format", Constraint::JsonObject)),
+        Some(ResponseFormat::JsonSchema { json_schema }) => given.push((
+            "response_format",
+            Constraint::JsonSchema(json_schema.schema.clone().unwrap_or(Value::Bool(true))),
+        )),
+    }
+    if let Some(schema) = &f.guided_json {
+        given.push((
+            "guided_json",
+            Constraint::JsonSchema(schema_value("guided_json", schema)?),
+        ));
+    }
+    if let Some(rx) = &f.guided_regex {
+        given.push(("guided_regex", Constraint::Regex(rx.clone())));
+    }
+    if let Some(choices) = &f.guided_choice {
+        given.push(("guided_choice", Constraint::Choice(choices.clone())));
+    }
+    if let Some(grammar) = &f.guided_grammar {
+        given.push(("guided_grammar", Constraint::Lark(grammar.clone())));
+    }
+    if let Some(so) = &f.structured_outputs {
+        const FIELD: &str = "structured_outputs";
+        let mut inner = Vec::new();
+        if let Some(schema) = &so.json {
+            inner.push(Constraint::JsonSchema(schema_value(FIELD, schema)?));
+        }
+        if let Some(rx) = &so.regex {
+            inner.push(Constraint::Regex(rx.clone()));
+        }
+        if let Some(choices) = &so.choice {
+            inner.push(Constraint::Choice(choices.clone()));
+        }
+        if let Some(grammar) = &so.grammar {
+            inner.push(Constraint::Lark(grammar.clone()));
+        }
+        if inner.len() != 1 {
+            return Err(ValidationError::WrongShape {
+                field: FIELD,
+                expected: "an object with exactly one of `json`, `regex`, `choice` and `grammar`",
+            });
+        }
+        given.extend(inner.into_iter().map(|c| (FIELD, c)));
+    }
+    let (field, wanted) = match given.len() {
+        0 => return Ok(None),
+        1 => given.pop().expect("one"),
+        _ => {
+            return Err(ValidationError::TwoConstraints {
+                first: given[0].0,
+                second: given[1].0,
+            })
+        }
+    };
+    if f.ignore_eos == Some(true) {
+        return Err(ValidationError::Unsupported {
+            field: "ignore_eos",
+            reason: "with a structured output, which ends where its grammar is complete",
+        });
+    }
+    let grammars = model
+        .grammars
+        .as_ref()
+        .map_err(|problem| ValidationError::Grammar {
+            field,
+            problem: problem.clone(),
+        })?;
+    grammars
+        .compile(&wanted)
+        .map(Some)
+        .map_err(|problem| ValidationError::Grammar { field, problem })
+}
+
+/// A JSON Schema given as an object, or as a string holding one (vLLM accepts both).
+fn schema_value(field: &'static str, given: &Value) -> Result<Value> {
+    match given {
+        Value::String(s) => serde_json::from_str(s).map_err(|e| ValidationError::Grammar {
+            field,
+            problem: format!("the schema string is not JSON: {e}"),
+        }),
+        other => Ok(other.clone()),
     }
 }
 

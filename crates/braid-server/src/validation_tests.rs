@@ -504,3 +504,59 @@ fn bounds_hold_for_the_f32_the_sampler_gets() {
     let r = completion_json(serde_json::json!({"prompt": "a", "top_p": 1e-30})).unwrap();
     assert!(r.params.top_p > 0.0);
 }
+
+#[test]
+fn each_structured_output_field_compiles_to_a_constraint() {
+    let schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    for extra in [
+        serde_json::json!({"response_format": {"type": "json_object"}}),
+        serde_json::json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}}),
+        serde_json::json!({"guided_json": schema}),
+        serde_json::json!({"guided_json": schema.to_string()}),
+        serde_json::json!({"guided_regex": "[0-9]+"}),
+        serde_json::json!({"guided_choice": ["yes", "no"]}),
+        serde_json::json!({"guided_grammar": "start: \"a\" | \"b\""}),
+        serde_json::json!({"structured_outputs": {"choice": ["yes", "no"]}}),
+    ] {
+        let mut body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        assert!(chat_json(body).unwrap().constraint.is_some(), "{extra}");
+    }
+    let text = chat_json(
+        serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "text"}}),
+    );
+    assert!(text.unwrap().constraint.is_none());
+}
+
+#[test]
+fn a_structured_output_that_cannot_be_enforced_is_refused_naming_the_field() {
+    let param = |v: serde_json::Value| {
+        let e = completion_json(v).unwrap_err();
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        (e.param().unwrap().to_string(), e.to_string())
+    };
+    let (p, m) = param(serde_json::json!({"prompt": "a", "guided_regex": "(ab"}));
+    assert_eq!(p, "guided_regex");
+    assert!(m.contains("cannot be enforced"), "{m}");
+    let (p, _) = param(serde_json::json!({"prompt": "a", "guided_json": {"type": "nonsense"}}));
+    assert_eq!(p, "guided_json");
+    let (p, m) = param(serde_json::json!({"prompt": "a", "guided_json": "{not json"}));
+    assert_eq!(p, "guided_json");
+    assert!(m.contains("not JSON"), "{m}");
+    let (p, m) = param(
+        serde_json::json!({"prompt": "a", "response_format": {"type": "json_object"}, "guided_regex": "a"}),
+    );
+    assert_eq!(p, "guided_regex");
+    assert!(m.contains("at most one"), "{m}");
+    let (p, _) = param(
+        serde_json::json!({"prompt": "a", "structured_outputs": {"regex": "a", "choice": ["a"]}}),
+    );
+    assert_eq!(p, "structured_outputs");
+    let (p, _) = param(serde_json::json!({"prompt": "a", "guided_choice": [], "max_tokens": 2}));
+    assert_eq!(p, "guided_choice");
+    let (p, _) =
+        param(serde_json::json!({"prompt": "a", "guided_regex": "a+", "ignore_eos": true}));
+    assert_eq!(p, "ignore_eos");
+}

@@ -50,6 +50,7 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
         score_prompt: None,
         shares_prompt_with: None,
         params: SamplingParams::greedy(),
+        constraint: None,
         stop_token_ids: vec![],
         arrival: Instant::now(),
         events: tx,

@@ -47,7 +47,10 @@ impl Ctx {
         common.validate()?;
         let begin = Instant::now();
         let deadline = begin + Duration::from_secs_f64(common.max_duration_secs);
-        let client = Client::new(&common.url, common.api_key.clone())?;
+        let mut client = Client::new(&common.url, common.api_key.clone())?;
+        if let Some(schema) = common.json_schema()? {
+            client = client.with_json_schema(schema);
+        }
         let model = client.resolve_model(common.model.as_deref()).await;
         // Salted by scenario: running one scenario after another on the same server must
         // not hand the second one prompts the first already cached.

@@ -1,0 +1,415 @@
+//! Structured outputs: a grammar a sequence's output must follow, enforced token by token.
+//!
+//! A 135M model rarely writes valid JSON on its own; masking every token the grammar cannot
+//! take next (llguidance, the engine behind llama.cpp's, vLLM's and mistral.rs's structured
+//! outputs) makes the output parse by construction. llguidance sees the vocabulary as a
+//! `toktrie::TokTrie` built here from braid's own tokenizer (each token's bytes), not through
+//! `toktrie_hf_tokenizers`, which is tied to another `tokenizers` version. The trie and the
+//! parser factory are built once per model ([`Grammars`]); each request compiles its grammar
+//! once, at validation, so a bad schema is a 400 before anything is queued, and the engine only
+//! ever sees a ready [`TokenConstraint`].
+//!
+//! Compiling and masking are bounded by llguidance's `ParserLimits`, so a hostile grammar
+//! (a huge enum, a regex built to backtrack) fails to compile or fails a step instead of
+//! holding the engine thread. A step that fails leaves only end-of-sequence allowed: the
+//! sequence ends rather than going on unconstrained.
+
+use crate::tokenizer::Tokenizer;
+use llguidance::api::{ParserLimits, TopLevelGrammar};
+use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
+use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
+use std::sync::Arc;
+
+/// What a request asks its output to be.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Constraint {
+    /// Any JSON object (`response_format: {"type": "json_object"}`).
+    JsonObject,
+    /// JSON valid against this schema.
+    JsonSchema(serde_json::Value),
+    /// Text matching this regular expression (Rust `regex` syntax), whole.
+    Regex(String),
+    /// Exactly one of these strings.
+    Choice(Vec<String>),
+    /// Text of this grammar, in llguidance's Lark dialect.
+    Lark(String),
+}
+
+/// The largest schema, regex, grammar or list of choices compiled, in bytes. Compiling costs
+/// memory in proportion (a 800 KB schema takes some 100 MB before llguidance refuses it), and
+/// OpenAI's own bounds on a schema (100 properties, 15,000 characters of names) fit many
+/// times over.
+pub const MAX_SOURCE_BYTES: usize = 128 * 1024;
+
+impl Constraint {
+    /// Size of the grammar's source as the client wrote it.
+    fn source_bytes(&self) -> usize {
+        match self {
+            Constraint::JsonObject => 0,
+            Constraint::JsonSchema(schema) => schema.to_string().len(),
+            Constraint::Regex(src) | Constraint::Lark(src) => src.len(),
+            Constraint::Choice(choices) => choices.iter().map(|c| c.len() + 1).sum(),
+        }
+    }
+}
+
+/// Bounds on the work one grammar may cost. llguidance's defaults allow a mask to take tens
+/// of milliseconds; a shared engine step should not wait that long for one sequence.
+fn limits() -> ParserLimits {
+    ParserLimits {
+        // ~20 ms of regex building at compile time.
+        initial_lexer_fuel: 1_000_000,
+        // ~7 ms of lexing per mask.
+        step_lexer_fuel: 100_000,
+        // ~2.5 ms of Earley items per mask.
+        step_max_items: 50_000,
+        max_lexer_states: 100_000,
+        // Symbols in the grammar: a schema of some hundreds of kilobytes.
+        max_grammar_size: 200_000,
+        verbose_errors: false,
+        ..ParserLimits::default()
+    }
+}
+
+/// The model's vocabulary as llguidance sees it, and the factory that compiles grammars over it.
+pub struct Grammars {
+    factory: ParserFactory,
+    /// Every id that ends a generation; the trie knows only one, so the others are allowed
+    /// wherever it is.
+    eos_ids: Vec<u32>,
+}
+
+impl Grammars {
+    pub fn new(tokenizer: &Tokenizer) -> Result<Self, String> {
+        let trie = token_trie(tokenizer)?;
+        let env = Arc::new(ApproximateTokEnv::new(trie));
+        let mut factory = ParserFactory::new_simple(&(env as llguidance::toktrie::TokEnv))
+            .map_err(|e| e.to_string())?;
+        factory.quiet();
+        *factory.limits_mut() = limits();
+        Ok(Self {
+            factory,
+            eos_ids: tokenizer.eos_token_ids().to_vec(),
+        })
+    }
+
+    /// Compiles `constraint` into a matcher at the start of an output; the error says what is
+    /// wrong with it, for the client.
+    pub fn compile(&self, constraint: &Constraint) -> Result<TokenConstraint, String> {
+        let size = constraint.source_bytes();
+        if size > MAX_SOURCE_BYTES {
+            return Err(format!(
+                "it is {size} bytes long; at most {MAX_SOURCE_BYTES} are accepted"
+            ));
+        }
+        self.compile_unbounded(constraint)
+    }
+
+    /// [`compile`](Self::compile) without the size bound: llguidance's limits alone.
+    fn compile_unbounded(&self, constraint: &Constraint) -> Result<TokenConstraint, String> {
+        let grammar = match constraint {
+            Constraint::JsonObject => json_grammar(serde_json::json!({"type": "object"})),
+            Constraint::JsonSchema(schema) => json_grammar(schema.clone()),
+            Constraint::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            Constraint::Choice(choices) => {
+                if choices.is_empty() {
+                    return Err("needs at least one choice".into());
+                }
+                // One regex, not a grammar rule per choice: a lexeme is bounded by the lexer's
+                // fuel, so a list of 100,000 choices is refused in milliseconds.
+                let alternatives: Vec<String> =
+                    choices.iter().map(|c| regex_syntax::escape(c)).collect();
+                TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
+            }
+            Constraint::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+        };
+        let parser = self.factory.create_parser(grammar).map_err(problem)?;
+        let mut matcher = Matcher::new(Ok(parser));
+        // The first mask is where a grammar too costly to follow shows itself; refuse it now
+        // rather than end the sequence at its first token.
+        let first = matcher.compute_mask().map_err(problem)?;
+        if first.is_zero() {
+            return Err("the grammar allows no output at all".into());
+        }
+        Ok(TokenConstraint {
+            matcher,
+            first: Some(first),
+            eos_ids: self.eos_ids.clone(),
+            trie_eos: self.factory.tok_env().tok_trie().eos_token(),
+        })
+    }
+}
+
+/// llguidance's error as a client should read it: its first line, without the marker it
+/// appends when errors are not verbose, nor a backtrace.
+fn problem(e: impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default().trim();
+    match first {
+        // A grammar whose rules never reach text (a `$ref` cycle) leaves nothing to sample.
+        "NoExtensionBias" => "no output can satisfy it (a rule refers only to itself?)".into(),
+        _ => first.to_string(),
+    }
+}
+
+/// JSON written as Python's `json.dumps` writes it (`", "` and `": "`, no other whitespace),
+/// unless the schema sets llguidance's own `x-guidance` options: free whitespace lets a small
+/// model fill `max_tokens` with newlines instead of values.
+fn json_grammar(mut schema: serde_json::Value) -> TopLevelGrammar {
+    if let Some(obj) = schema.as_object_mut() {
+        if !obj.contains_key("x-guidance") {
+            JsonCompileOptions {
+                item_separator: ", ".into(),
+                key_separator: ": ".into(),
+                whitespace_flexible: false,
+                ..JsonCompileOptions::default()
+            }
+            .apply_to(&mut schema);
+        }
+    }
+    TopLevelGrammar::from_json_schema(schema)
+}
+
+/// The vocabulary as a trie of byte strings. Special tokens (`<|im_end|>`) get toktrie's
+/// marker byte in front, so that text a grammar asks for can never be spelled with them.
+pub fn token_trie(tokenizer: &Tokenizer) -> Result<TokTrie, String> {
+    let eos = *tokenizer
+        .eos_token_ids()
+        .first()
+        .ok_or("the tokenizer names no end-of-sequence token")?;
+    let words: Vec<Vec<u8>> = (0..tokenizer.vocab_size() as u32)
+        .map(|id| {
+            let bytes = tokenizer.token_bytes(id);
+            if tokenizer.is_special(id) {
+                let mut marked = Vec::with_capacity(bytes.len() + 1);
+                marked.push(TokTrie::SPECIAL_TOKEN_MARKER);
+                marked.extend_from_slice(bytes);
+                marked
+            } else {
+                bytes.to_vec()
+            }
+        })
+        .collect();
+    let info = TokRxInfo::new(words.len() as u32, eos);
+    Ok(TokTrie::from(&info, &words))
+}
+
+/// One sequence's grammar state: which tokens may come next, advanced by each sampled token.
+pub struct TokenConstraint {
+    matcher: Matcher,
+    /// The mask computed at compile time, used for the first token.
+    first: Option<SimpleVob>,
+    eos_ids: Vec<u32>,
+    trie_eos: u32,
+}
+
+/// A copy at the same point of the grammar, going on independently.
+impl Clone for TokenConstraint {
+    fn clone(&self) -> Self {
+        Self {
+            matcher: self.matcher.deep_clone(),
+            first: self.first.clone(),
+            eos_ids: self.eos_ids.clone(),
+            trie_eos: self.trie_eos,
+        }
+    }
+}
+
+impl std::fmt::Debug for TokenConstraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenConstraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenConstraint {
+    /// Sets every token the grammar does not allow next to -inf. Once the grammar is complete
+    /// only end-of-sequence is left, and the sequence stops there.
+    pub fn mask_logits(&mut self, logits: &mut [f32]) {
+        let mask = match self.first.take() {
+            Some(m) => Some(m),
+            None => match self.matcher.compute_mask_or_eos() {
+                Ok(m) if !m.is_zero() => Some(m),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(
+                        "structured output: the grammar failed a step ({}); ending",
+                        problem(e)
+                    );
+                    None
+                }
+            },
+        };
+        let Some(mask) = mask else {
+            return only(logits, &self.eos_ids);
+        };
+        let eos: Vec<(usize, f32)> = if mask.is_allowed(self.trie_eos) {
+            self.eos_ids
+                .iter()
+                .filter_map(|&id| logits.get(id as usize).map(|&l| (id as usize, l)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (id, l) in logits.iter_mut().enumerate() {
+            if id >= mask.len() || !mask.is_allowed(id as u32) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        for (id, l) in eos {
+            logits[id] = l;
+        }
+    }
+
+    /// Advances the grammar past `token` (one [`mask_logits`](Self::mask_logits) allowed).
+    /// End of sequence ends the sequence too, so the grammar need not hear of it.
+    pub fn consume(&mut self, token: u32) {
+        if self.eos_ids.contains(&token) {
+            return;
+        }
+        if let Err(e) = self.matcher.consume_token(token) {
+            tracing::warn!(
+                "structured output: the grammar refused a token ({})",
+                problem(e)
+            );
+        }
+    }
+}
+
+/// Leaves only `ids` possible.
+fn only(logits: &mut [f32], ids: &[u32]) {
+    for (id, l) in logits.iter_mut().enumerate() {
+        if !ids.contains(&(id as u32)) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Sampler, SamplingParams};
+    use rand::{Rng, SeedableRng};
+
+    fn tiny_tokenizer() -> Tokenizer {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        crate::tiny_gguf::write(&path, 1).unwrap();
+        crate::LoadedModel::load(&path).unwrap().tokenizer
+    }
+
+    #[test]
+    fn the_trie_holds_every_token_s_bytes_and_marks_the_special_ones() {
+        let tok = tiny_tokenizer();
+        let trie = token_trie(&tok).unwrap();
+        assert_eq!(trie.vocab_size(), tok.vocab_size());
+        assert_eq!(trie.eos_token(), tok.eos_token_ids()[0]);
+        let mut specials = 0;
+        for id in 0..tok.vocab_size() as u32 {
+            let bytes = trie.token(id);
+            if tok.is_special(id) {
+                specials += 1;
+                assert_eq!(bytes[0], TokTrie::SPECIAL_TOKEN_MARKER);
+                assert_eq!(&bytes[1..], tok.token_bytes(id));
+            } else {
+                assert_eq!(bytes, tok.token_bytes(id), "token {id}");
+            }
+        }
+        assert_eq!(specials, crate::tiny_gguf::SPECIAL_TOKENS.len());
+    }
+
+    #[test]
+    fn a_bad_grammar_is_refused_with_the_reason() {
+        let g = Grammars::new(&tiny_tokenizer()).unwrap();
+        let err = |c: Constraint| g.compile(&c).expect_err("refused");
+        assert!(err(Constraint::Regex("(ab".into())).contains("regex"));
+        assert!(!err(Constraint::JsonSchema(serde_json::json!({"type": 5}))).is_empty());
+        assert!(!err(Constraint::JsonSchema(
+            serde_json::json!({"$ref": "#/nowhere"})
+        ))
+        .is_empty());
+        assert!(!err(Constraint::Lark("start: ???".into())).is_empty());
+        assert!(err(Constraint::Choice(vec![])).contains("choice"));
+    }
+
+    #[test]
+    fn llguidance_s_limits_refuse_a_costly_grammar_even_under_the_size_bound() {
+        let g = Grammars::new(&tiny_tokenizer()).unwrap();
+        let words: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+        let e = g
+            .compile_unbounded(&Constraint::Choice(words.clone()))
+            .expect_err("refused");
+        assert!(e.contains("too big"), "{e}");
+        let enum_schema = serde_json::json!({ "enum": words });
+        let e = g
+            .compile_unbounded(&Constraint::JsonSchema(enum_schema.clone()))
+            .expect_err("refused");
+        assert!(e.contains("too big"), "{e}");
+        let e = g
+            .compile(&Constraint::JsonSchema(enum_schema))
+            .expect_err("refused");
+        assert!(e.contains("at most 131072"), "{e}");
+    }
+
+    /// Samples until end of sequence from random logits, as an untrained model would give.
+    fn generate(g: &Grammars, tok: &Tokenizer, c: Constraint, seed: u64) -> String {
+        let constraint = g.compile(&c).unwrap();
+        let mut sampler = Sampler::new(
+            SamplingParams {
+                seed: Some(seed),
+                ..SamplingParams::default()
+            },
+            &[],
+        )
+        .with_constraint(Some(constraint));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut out = Vec::new();
+        for _ in 0..200 {
+            let logits: Vec<f32> = (0..tok.vocab_size())
+                .map(|_| rng.random_range(-5.0..5.0))
+                .collect();
+            let t = sampler.sample(&logits).token;
+            if tok.eos_token_ids().contains(&t) {
+                return tok.decode(&out, false);
+            }
+            out.push(t);
+        }
+        panic!(
+            "no end of sequence after 200 tokens: {:?}",
+            tok.decode(&out, false)
+        );
+    }
+
+    #[test]
+    fn sampled_text_follows_the_grammar_and_then_ends() {
+        let tok = tiny_tokenizer();
+        let g = Grammars::new(&tok).unwrap();
+        for seed in 0..5 {
+            let choice = generate(
+                &g,
+                &tok,
+                Constraint::Choice(vec!["yes".into(), "no".into()]),
+                seed,
+            );
+            assert!(choice == "yes" || choice == "no", "{choice:?}");
+            let digits = generate(&g, &tok, Constraint::Regex("[0-9]{3}-[a-c]+".into()), seed);
+            assert!(
+                digits.len() >= 5
+                    && digits[..3].bytes().all(|b| b.is_ascii_digit())
+                    && &digits[3..4] == "-"
+                    && digits[4..].bytes().all(|b| (b'a'..=b'c').contains(&b)),
+                "{digits:?}"
+            );
+            let schema = serde_json::json!({
+                "type": "object",
+                "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+                "required": ["n", "ok"],
+                "additionalProperties": false
+            });
+            let json = generate(&g, &tok, Constraint::JsonSchema(schema), seed);
+            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+            assert!(v["n"].is_number() && v["ok"].is_boolean(), "{json}");
+        }
+    }
+}
