@@ -20,12 +20,15 @@
 //! its overhead and is skipped. When nobody decodes there is nobody to stall, and prompts
 //! get the whole token cap.
 //!
-//! **Starvation.** A target can be so tight that the decodes alone fill it. So the first
-//! prompt in planning order whose arrival is older than `starvation_after` is guaranteed at
-//! least `min_prefill_chunk` tokens (within the token cap and the free KV blocks) even past
-//! the target. One such prompt per step: that bounds the overshoot to one small slice, and
-//! still guarantees everyone progress, because once that prompt is read the next starving
-//! one is first. New prompts are admitted whenever a running slot and blocks are free, and
+//! **Starvation.** A target can be so tight that no slice worth its overhead fits next to the
+//! decodes. So the first prompt in planning order whose arrival is older than
+//! `starvation_after` is guaranteed a slice anyway (within the token cap and the free KV
+//! blocks) when the target leaves it less than `min_prefill_chunk`: as long as fits under [`Scheduler::STARVING_OVERSHOOT`] times the target, at least one token;
+//! or `min_prefill_chunk` tokens when the decodes alone already exceed the target. Measured in
+//! time rather than tokens, the overshoot stays small on a CPU where 16 prompt tokens cost
+//! more than the decodes (at a 50 ms target such a fixed slice made 90 ms steps). One such
+//! prompt per step, which still guarantees everyone progress, because once that prompt is read
+//! the next starving one is first. New prompts are admitted whenever a running slot and blocks are free, and
 //! running sequences end (every sequence has a token limit), so the queue always drains.
 //!
 //! **Without chunked prefill** a prompt is read whole or not at all. It runs when it fits
@@ -352,14 +355,24 @@ impl Scheduler {
         if target_limit < remaining.min(cap_left) && len < self.cfg.min_prefill_chunk {
             len = 0; // the target binds and the slice is too small to be worth a row of work
         }
-        if starving {
-            len = len.max(remaining.min(self.cfg.min_prefill_chunk).min(cap_left));
+        if starving && len < self.cfg.min_prefill_chunk {
+            let guaranteed = match b.target_secs {
+                Some(t) if target_limit > 0 || self.cost.predict(b.features) <= t => self
+                    .cost
+                    .max_chunk_len(b.features, start, t * Self::STARVING_OVERSHOOT, cap_left)
+                    .max(1),
+                _ => self.cfg.min_prefill_chunk,
+            };
+            len = len.max(remaining.min(guaranteed).min(cap_left));
         }
         if seq.score_prompt {
             len = len.min(Self::SCORED_ROWS_PER_STEP);
         }
         Slice { len, starving }
     }
+
+    /// How far past the latency target a starving prompt's guaranteed slice may take a step.
+    pub const STARVING_OVERSHOOT: f64 = 1.1;
 
     /// Most rows of a scored prompt (`add_scored`) fed in one step: each also runs the output layer
     /// and holds `vocab_size` logits, 64 MB at 64 rows of a 262k vocabulary.

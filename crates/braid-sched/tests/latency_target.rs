@@ -132,6 +132,29 @@ fn starving_prompt_gets_min_chunk_past_the_target() {
 }
 
 #[test]
+fn a_starving_prompt_overshoots_the_target_by_time_not_by_a_fixed_slice() {
+    // 40 ms of decodes, 4 ms a prompt token, a 50 ms target: two tokens fit, fewer than
+    // min_prefill_chunk (4), so a prompt only moves once it starves, and then by as much as
+    // fits in 1.1 x the target (3 tokens, 52 ms), not a fixed 4 (56 ms).
+    let cost = CostModel::new([0.040, 0.004, 0.0, 0.0]);
+    let cfg = SchedulerConfig {
+        itl_target: Some(Duration::from_millis(50)),
+        starvation_after: Duration::from_secs(1),
+        ..small_cfg()
+    };
+    let mut s = Scheduler::with_cost_model(cfg, cost);
+    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
+    step(&mut s, 0.0);
+    s.add(2, prompt(2, 12), 5, 0.1).unwrap();
+    let (p, _) = step(&mut s, 0.5);
+    assert_eq!(p.num_prefill_tokens(), 0, "not starving yet");
+    let (p, _) = step(&mut s, 1.2);
+    assert_eq!(p.chunk(2).map(|c| c.len), Some(3));
+    assert!(p.predicted_secs.unwrap() <= 0.050 * Scheduler::STARVING_OVERSHOOT + 1e-9);
+    drain(&mut s, 1.3, 0.1);
+}
+
+#[test]
 fn a_long_prompt_gets_through_a_steady_stream_of_decodes_and_arrivals() {
     // Three decodes alone (90 ms + 3 x 5 ms) exceed the 100 ms target, and a short request
     // arrives behind the long prompt every step.
