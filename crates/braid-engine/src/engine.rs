@@ -174,6 +174,7 @@ impl Engine {
     }
 
     fn admit(&mut self, sub: Submitted) {
+        let max_new_tokens = sub.request.max_new_tokens();
         let EngineRequest {
             id,
             prompt,
@@ -192,20 +193,19 @@ impl Engine {
         let sampler = Sampler::new(params, &prompt).with_constraint(constraint);
         let scores = score_prompt.map(|top| PromptScores::new(&prompt, top));
         let stop = StopConditions {
-            max_new_tokens: max_tokens.max(1),
+            max_new_tokens,
             stop_token_ids,
         };
-        let added = match scores {
-            Some(_) => self.sched.add_scored(id, prompt, stop, arrival_secs),
-            None => self.sched.add(id, prompt, stop, arrival_secs),
-        };
-        if let (Ok(()), Some(leader)) = (&added, shares_prompt_with) {
-            self.sched.share_prompt(id, leader);
-        }
-        if let Err(e) = added {
+        if let Err(e) = self.sched.add(id, prompt, stop, arrival_secs) {
             tracing::warn!(parent: &span, "the scheduler refused the request: {e}");
             let _ = events.send(EngineEvent::Failed(e.to_string()));
             return;
+        }
+        if scores.is_some() {
+            self.sched.score_prompt(id);
+        }
+        if let Some(leader) = shares_prompt_with {
+            self.sched.share_prompt(id, leader);
         }
         self.observer
             .request(id, &RequestEvent::Queued { prompt_tokens });
@@ -380,6 +380,7 @@ impl Engine {
                 all_logits: c.all_logits,
             });
         }
+        let logit_rows: Vec<usize> = entries.iter().map(BatchEntry::logit_rows).collect();
         let logits = self
             .model
             .model
@@ -389,12 +390,7 @@ impl Engine {
         // A scored prompt's chunk brings every row's logits, any other its last row if sampled.
         let mut sampled_rows = Vec::with_capacity(plan.num_samples());
         let mut row = 0;
-        for c in &plan.chunks {
-            let rows = match (c.all_logits, c.sample) {
-                (true, _) => c.len,
-                (false, true) => 1,
-                (false, false) => 0,
-            };
+        for (c, rows) in plan.chunks.iter().zip(logit_rows) {
             if c.all_logits {
                 let a = self
                     .active

@@ -92,7 +92,7 @@ impl EngineHandle {
             return Err(SubmitError::EngineStopped);
         }
         self.sched
-            .check_request(req.prompt.len(), req.max_tokens.max(1))?;
+            .check_request(req.prompt.len(), req.max_new_tokens())?;
         let waiting = self
             .shared
             .waiting

@@ -34,6 +34,14 @@ pub struct EngineRequest {
     pub span: tracing::Span,
 }
 
+impl EngineRequest {
+    /// The scheduler's token limit: a request with `max_tokens` 0 still samples the one
+    /// token after its prompt (the engine does not send it).
+    pub fn max_new_tokens(&self) -> usize {
+        self.max_tokens.max(1)
+    }
+}
+
 /// How a request ended, with its counts.
 #[derive(Clone, Debug)]
 pub struct Finished {

@@ -42,6 +42,18 @@ pub struct BatchEntry<'a> {
     pub all_logits: bool,
 }
 
+impl BatchEntry<'_> {
+    /// How many of the entry's rows get logits: always its last ones, so the caller can find
+    /// each row's logits from these counts alone.
+    pub fn logit_rows(&self) -> usize {
+        match (self.all_logits, self.sample) {
+            (true, _) => self.tokens.len(),
+            (false, true) => 1,
+            (false, false) => 0,
+        }
+    }
+}
+
 /// Buffers reused from step to step, so the hot path does not allocate once warmed up.
 #[derive(Default)]
 pub struct Workspace {
@@ -297,12 +309,8 @@ impl Model {
         let mut wanted_rows = Vec::new();
         let mut row = 0;
         for e in batch {
-            if e.all_logits {
-                wanted_rows.extend(row..row + e.tokens.len());
-            } else if e.sample {
-                wanted_rows.push(row + e.tokens.len() - 1);
-            }
             row += e.tokens.len();
+            wanted_rows.extend(row - e.logit_rows()..row);
         }
         let s = wanted_rows.len();
         ws.last.resize(s * h, 0.0);

@@ -146,19 +146,15 @@ impl Scheduler {
         Ok(())
     }
 
-    /// As [`Scheduler::add`], for a sequence whose prompt is scored (`echo` with `logprobs`):
-    /// each of its prompt chunks asks for every row's logits, and it skips the prefix cache,
-    /// since a cached prefix would leave those rows uncomputed.
-    pub fn add_scored(
-        &mut self,
-        id: SeqId,
-        prompt: Vec<u32>,
-        stop: impl Into<StopConditions>,
-        now: f64,
-    ) -> Result<(), AddError> {
-        self.add(id, prompt, stop, now)?;
-        self.seqs.get_mut(&id).expect("just added").score_prompt = true;
-        Ok(())
+    /// Makes waiting sequence `id` one whose prompt is scored (`echo` with `logprobs`): each of
+    /// its prompt chunks asks for every row's logits, and it skips the prefix cache, since a
+    /// cached prefix would leave those rows uncomputed.
+    pub fn score_prompt(&mut self, id: SeqId) {
+        if let Some(seq) = self.seqs.get_mut(&id) {
+            if seq.state == SeqState::Waiting {
+                seq.score_prompt = true;
+            }
+        }
     }
 
     /// Makes waiting sequence `id` (another choice of `leader`'s prompt, `n` > 1) wait until

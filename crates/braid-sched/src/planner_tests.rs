@@ -71,7 +71,8 @@ fn a_scored_prompt_wants_every_rows_logits_in_bounded_slices_and_skips_the_prefi
     let prompt: Vec<u32> = (0..150).map(|t| t % 50).collect();
     s.add(1, prompt.clone(), 1, 0.0).unwrap();
     run_to_idle(&mut s);
-    s.add_scored(2, prompt.clone(), 1, 1.0).unwrap();
+    s.add(2, prompt.clone(), 1, 1.0).unwrap();
+    s.score_prompt(2);
     s.add(3, prompt, 1, 1.0).unwrap();
     let plan = s.plan(2.0);
     let scored = plan.chunks.iter().find(|c| c.seq == 2).unwrap();

@@ -130,7 +130,7 @@ pub struct Sequence {
     pub num_cached_blocks: usize,
     /// Prompt tokens found in the prefix cache when it was first admitted.
     pub cached_tokens: usize,
-    /// Its prompt is scored: every prompt row's logits are computed (`Scheduler::add_scored`).
+    /// Its prompt is scored: every prompt row's logits are computed (`Scheduler::score_prompt`).
     pub score_prompt: bool,
     /// Another choice of the same prompt, whose prompt this one waits for
     /// (`Scheduler::share_prompt`).
