@@ -250,15 +250,17 @@ fn run() -> anyhow::Result<()> {
                 messages.push(ChatMessage {
                     role: "system".into(),
                     content: system,
+                    ..ChatMessage::default()
                 });
             }
             messages.push(ChatMessage {
                 role: "user".into(),
                 content: message,
+                ..ChatMessage::default()
             });
             let ids = m
                 .tokenizer
-                .encode_prompt(&template.render(&messages, true)?)?;
+                .encode_prompt(&template.render(&messages, None, true)?)?;
             stream(&m, &ids, &gen)?;
         }
         // The server sets up the compute pool itself (`braid_server::start`).

@@ -24,6 +24,15 @@ def deep(n: int) -> str:
     return "[" * n + "]" * n
 
 
+USER_A = [{"role": "user", "content": "a"}]
+
+
+def tool(name: str, properties: int = 1) -> dict:
+    """A function with `properties` integer arguments, each with a long description."""
+    props = {f"p{j}": {"type": "integer", "description": "d" * 30} for j in range(properties)}
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props}}}
+
+
 # (name, status, method, path, body: dict | str | bytes | None, extra headers, send the key)
 BAD = [
     # Not JSON, or not the JSON of the API.
@@ -130,6 +139,22 @@ BAD = [
     ("grammar with an unknown rule", 400, "POST", "/v1/completions", {"prompt": "a", "guided_grammar": "start: missing"}, None, True),
     ("two constraints", 400, "POST", "/v1/completions", {"prompt": "a", "guided_regex": "a", "guided_choice": ["a"]}, None, True),
     ("unknown response_format type", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "xml"}}, None, True),
+    # Tool calls: bounded in number and size, every name and id checked before anything runs.
+    ("1,000 tools", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool(f"f{i}") for i in range(1000)]}, None, True),
+    ("tool_choice naming an unknown tool", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool("f")], "tool_choice": {"type": "function", "function": {"name": "rm_rf"}}}, None, True),
+    ("tool_choice required without tools", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tool_choice": "required"}, None, True),
+    ("tool_choice of an unknown kind", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool("f")], "tool_choice": "always"}, None, True),
+    ("tool name with spaces", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool("rm -rf /")]}, None, True),
+    ("the same tool twice", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool("f"), tool("f")]}, None, True),
+    ("tool parameters not an object", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, None, True),
+    ("required tool with a recursive schema", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}}]}, None, True),
+    ("required tool with a huge schema", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tool_choice": "required", "tools": [tool(f"f{i}", 40) for i in range(100)]}, None, True),
+    ("tools on /v1/completions", 400, "POST", "/v1/completions", {"prompt": "a", "tools": [tool("f")]}, None, True),
+    ("tools with response_format", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool("f")], "response_format": {"type": "json_object"}}, None, True),
+    ("tool message without tool_call_id", 400, "POST", "/v1/chat/completions", {"messages": [*USER_A, {"role": "tool", "content": "1"}]}, None, True),
+    ("tool message answering no call", 400, "POST", "/v1/chat/completions", {"messages": [*USER_A, {"role": "tool", "tool_call_id": "call_x", "content": "1"}]}, None, True),
+    ("assistant call with non-JSON arguments", 400, "POST", "/v1/chat/completions", {"messages": [*USER_A, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}, None, True),
+    ("user message with tool_calls", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, None, True),
     # Keys.
     ("no key", 401, "POST", "/v1/completions", {"prompt": "a"}, None, False),
     ("wrong key", 401, "POST", "/v1/completions", {"prompt": "a"}, {"Authorization": "Bearer sk-wrong"}, False),
@@ -143,7 +168,7 @@ UNSUPPORTED_CASES = {
     "unknown field", "misspelt field", "a large unknown field under the body limit",
     "a deeply nested unknown field", "audio output", "modalities", "predicted output",
     "web search", "deprecated functions", "unknown message field",
-    "tokenize with a generation field",
+    "tokenize with a generation field", "tools on /v1/completions",
 }
 
 # Odd but valid: documented to be answered normally.

@@ -12,10 +12,19 @@ use crate::error::{ModelError, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant turn's calls, as Hugging Face templates read them: `{"id", "type":
+    /// "function", "function": {"name", "arguments"}}` with `arguments` an object, not the
+    /// JSON string OpenAI's wire format carries. Absent (not null) otherwise, so templates'
+    /// `is defined` tests hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` turn's answer to this call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 pub struct ChatTemplate {
@@ -41,6 +50,7 @@ impl ChatTemplate {
                 ))
             },
         );
+        env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| ModelError::Template(e.to_string()))?;
         Ok(Self {
@@ -79,19 +89,66 @@ impl ChatTemplate {
         &self.bos_token
     }
 
-    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+    /// Whether the template renders `tools` itself (Qwen's, Llama 3.1's, Hermes'); others
+    /// need the tools described in the conversation by the caller.
+    pub fn knows_tools(&self) -> bool {
+        self.source.contains("tools")
+    }
+
+    /// Renders the conversation; `tools` (OpenAI's `{"type": "function", "function": ...}`
+    /// objects) is passed as Hugging Face passes it, for templates that [know
+    /// tools](Self::knows_tools).
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| ModelError::Template(e.to_string()))?;
         tmpl.render(minijinja::context! {
             messages => messages,
+            tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
         })
         .map_err(|e| ModelError::Template(e.to_string()))
     }
+}
+
+/// `tojson` as Hugging Face's template environment defines it (`json.dumps` with
+/// `ensure_ascii=False`): `", "` and `": "` between items, no HTML escaping, `indent` for
+/// pretty output. minijinja's own writes compact, HTML-safe JSON, which would render tools
+/// and calls in a layout the model never saw in training.
+fn tojson(
+    value: minijinja::Value,
+    indent: Option<usize>,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<String, minijinja::Error> {
+    let indent = kwargs.get::<Option<usize>>("indent")?.or(indent);
+    for ignored in ["ensure_ascii", "sort_keys", "separators"] {
+        let _: Option<minijinja::Value> = kwargs.get(ignored)?;
+    }
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value).map_err(|e| {
+        minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
+    })?;
+    Ok(match indent {
+        None => crate::hermes::python_json(&json),
+        Some(n) => {
+            let spaces = vec![b' '; n];
+            let mut out = Vec::new();
+            let formatter = serde_json::ser::PrettyFormatter::with_indent(&spaces);
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, formatter);
+            serde::Serialize::serialize(&json, &mut ser).map_err(|e| {
+                minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
+            })?;
+            String::from_utf8_lossy(&out).into_owned()
+        }
+    })
 }
 
 #[cfg(test)]
@@ -102,6 +159,7 @@ mod tests {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            ..ChatMessage::default()
         }
     }
 
@@ -109,11 +167,45 @@ mod tests {
     fn a_template_renders_the_turns_and_the_special_tokens() {
         let source = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<model>{% endif %}";
         let t = ChatTemplate::new(source, "<s>".into(), "</s>".into()).unwrap();
-        let got = t.render(&[message("user", " hi ")], true).unwrap();
+        let got = t.render(&[message("user", " hi ")], None, true).unwrap();
         assert_eq!(got, "<s><user>hi</s><model>");
         assert_eq!(
-            t.render(&[message("user", "hi")], false).unwrap(),
+            t.render(&[message("user", "hi")], None, false).unwrap(),
             "<s><user>hi</s>"
+        );
+    }
+
+    #[test]
+    fn a_template_that_knows_tools_gets_them_and_the_calls_as_objects() {
+        let source = "{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% for m in messages %}{{ m.role }}:{% if m.tool_calls is defined %}{% for c in m.tool_calls %}{{ c.function.name }}({{ c.function.arguments.a }}){% endfor %}{% else %}{{ m.content }}{% endif %}{% if m.tool_call_id is defined %}#{{ m.tool_call_id }}{% endif %};{% endfor %}";
+        let t = ChatTemplate::new(source, String::new(), String::new()).unwrap();
+        assert!(t.knows_tools());
+        let tools = [serde_json::json!({"type": "function", "function": {"name": "add"}})];
+        let mut call = message("assistant", "");
+        call.tool_calls = Some(vec![serde_json::json!(
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 2}}}
+        )]);
+        let mut result = message("tool", "4");
+        result.tool_call_id = Some("c1".into());
+        let got = t
+            .render(&[message("user", "2+2"), call, result], Some(&tools), false)
+            .unwrap();
+        assert_eq!(got, "[add]user:2+2;assistant:add(2);tool:4#c1;");
+        let plain = ChatTemplate::new("{{ messages[0].content }}", String::new(), String::new());
+        assert!(!plain.unwrap().knows_tools());
+    }
+
+    #[test]
+    fn tojson_writes_json_as_python_s_json_dumps_does() {
+        let source = "{{ messages[0].tool_calls[0] | tojson }}|{{ messages[0].tool_calls[0].b | tojson(indent=2) }}";
+        let t = ChatTemplate::new(source, String::new(), String::new()).unwrap();
+        let mut m = message("assistant", "");
+        m.tool_calls = Some(vec![
+            serde_json::json!({"z": "<é>", "b": [1, 2], "a": {"k": null}}),
+        ]);
+        assert_eq!(
+            t.render(&[m], None, false).unwrap(),
+            "{\"z\": \"<é>\", \"b\": [1, 2], \"a\": {\"k\": null}}|[\n  1,\n  2\n]"
         );
     }
 

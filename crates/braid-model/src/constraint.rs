@@ -33,6 +33,12 @@ pub enum Constraint {
     Choice(Vec<String>),
     /// Text of this grammar, in llguidance's Lark dialect.
     Lark(String),
+    /// Nothing but calls to these functions (name, JSON Schema of the arguments) in the
+    /// Hermes syntax: one, or with `parallel` one or more.
+    ToolCalls {
+        functions: Vec<(String, serde_json::Value)>,
+        parallel: bool,
+    },
 }
 
 /// The largest schema, regex, grammar or list of choices compiled, in bytes. Compiling costs
@@ -49,6 +55,10 @@ impl Constraint {
             Constraint::JsonSchema(schema) => schema.to_string().len(),
             Constraint::Regex(src) | Constraint::Lark(src) => src.len(),
             Constraint::Choice(choices) => choices.iter().map(|c| c.len() + 1).sum(),
+            Constraint::ToolCalls { functions, .. } => functions
+                .iter()
+                .map(|(name, schema)| name.len() + schema.to_string().len())
+                .sum(),
         }
     }
 }
@@ -122,6 +132,23 @@ impl Grammars {
                 TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
             }
             Constraint::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+            Constraint::ToolCalls {
+                functions,
+                parallel,
+            } => {
+                // A schema nested in a grammar is compiled lazily, when the output reaches it:
+                // each one is compiled alone first, so a bad one is refused here, naming its
+                // function, rather than ending a call half-written.
+                for (name, schema) in functions {
+                    self.compile_unbounded(&Constraint::JsonSchema(schema.clone()))
+                        .map_err(|e| format!("the parameters of `{name}`: {e}"))?;
+                }
+                let functions: Vec<(String, serde_json::Value)> = functions
+                    .iter()
+                    .map(|(name, schema)| (name.clone(), compact_json(schema.clone())))
+                    .collect();
+                TopLevelGrammar::from_lark(crate::hermes::calls_grammar(&functions, *parallel))
+            }
         };
         let parser = self.factory.create_parser(grammar).map_err(problem)?;
         let mut matcher = Matcher::new(Ok(parser));
@@ -155,7 +182,12 @@ fn problem(e: impl std::fmt::Display) -> String {
 /// JSON written as Python's `json.dumps` writes it (`", "` and `": "`, no other whitespace),
 /// unless the schema sets llguidance's own `x-guidance` options: free whitespace lets a small
 /// model fill `max_tokens` with newlines instead of values.
-fn json_grammar(mut schema: serde_json::Value) -> TopLevelGrammar {
+fn json_grammar(schema: serde_json::Value) -> TopLevelGrammar {
+    TopLevelGrammar::from_json_schema(compact_json(schema))
+}
+
+/// `schema` with llguidance's options for [`json_grammar`]'s layout, unless it sets its own.
+fn compact_json(mut schema: serde_json::Value) -> serde_json::Value {
     if let Some(obj) = schema.as_object_mut() {
         if !obj.contains_key("x-guidance") {
             JsonCompileOptions {
@@ -167,7 +199,7 @@ fn json_grammar(mut schema: serde_json::Value) -> TopLevelGrammar {
             .apply_to(&mut schema);
         }
     }
-    TopLevelGrammar::from_json_schema(schema)
+    schema
 }
 
 /// The vocabulary as a trie of byte strings. Special tokens (`<|im_end|>`) get toktrie's
@@ -410,6 +442,74 @@ mod tests {
             let json = generate(&g, &tok, Constraint::JsonSchema(schema), seed);
             let v: serde_json::Value = serde_json::from_str(&json).unwrap();
             assert!(v["n"].is_number() && v["ok"].is_boolean(), "{json}");
+        }
+    }
+
+    #[test]
+    fn tool_calls_follow_a_function_s_schema_and_read_back_as_calls() {
+        let tok = tiny_tokenizer();
+        let g = Grammars::new(&tok).unwrap();
+        let functions = vec![
+            (
+                "get_weather".to_string(),
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "maxLength": 8},
+                                   "unit": {"enum": ["c", "f"]}},
+                    "required": ["city", "unit"],
+                    "additionalProperties": false
+                }),
+            ),
+            (
+                "add".to_string(),
+                serde_json::json!({
+                    "type": "object",
+                    "properties": {"a": {"type": "integer"}},
+                    "required": ["a"],
+                    "additionalProperties": false
+                }),
+            ),
+        ];
+        let names: Vec<String> = functions.iter().map(|(n, _)| n.clone()).collect();
+        for seed in 0..4 {
+            for parallel in [false, true] {
+                let c = Constraint::ToolCalls {
+                    functions: functions.clone(),
+                    parallel,
+                };
+                let text = generate(&g, &tok, c, seed);
+                let mut parser = crate::hermes::CallParser::new(names.clone(), true);
+                let (content, calls) = crate::hermes::parse_answer(&mut parser, &text);
+                assert_eq!(content, None, "{text:?}");
+                assert!(
+                    !calls.is_empty() && (parallel || calls.len() == 1),
+                    "{text:?}"
+                );
+                for call in calls {
+                    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
+                    match call.name.as_str() {
+                        "get_weather" => assert!(
+                            args["city"]
+                                .as_str()
+                                .is_some_and(|c| c.chars().count() <= 8)
+                                && ["c", "f"].contains(&args["unit"].as_str().unwrap()),
+                            "{text:?}"
+                        ),
+                        _ => assert!(args["a"].is_i64(), "{text:?}"),
+                    }
+                }
+            }
+        }
+        for schema in [
+            serde_json::json!({"type": 5}),
+            serde_json::json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+        ] {
+            let bad = Constraint::ToolCalls {
+                functions: vec![functions[1].clone(), ("f".into(), schema)],
+                parallel: false,
+            };
+            let e = g.compile(&bad).expect_err("refused");
+            assert!(e.starts_with("the parameters of `f`: "), "{e}");
         }
     }
 }

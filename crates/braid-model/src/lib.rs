@@ -12,6 +12,7 @@ pub mod constraint;
 pub mod engine_bench;
 pub mod error;
 pub mod generate;
+pub mod hermes;
 pub mod hub;
 pub mod kernel_comparison;
 pub mod kernels;

@@ -119,6 +119,7 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         more_prompts: vec![],
         n: 1,
         constraint: None,
+        tools: None,
     }
 }
 

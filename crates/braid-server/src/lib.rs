@@ -23,6 +23,7 @@ pub mod server;
 pub mod sse;
 pub mod state;
 pub mod stop_strings;
+pub mod tools;
 pub mod validation;
 
 pub use args::ServeArgs;

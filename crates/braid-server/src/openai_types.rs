@@ -208,11 +208,59 @@ request_with_sampling! {
 
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct ChatMessageIn {
+    /// `system` (or `developer`), `user`, `assistant` or `tool`.
     pub role: Option<String>,
     /// A string, an array of `{"type": "text", "text": ...}` parts, or null.
     #[serde(default)]
     #[schema(schema_with = schema::content)]
     pub content: Value,
+    /// An assistant turn's calls, as a response gave them.
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+    /// A `tool` turn: the id of the call it answers.
+    pub tool_call_id: Option<String>,
+}
+
+/// A call in an assistant turn of the conversation.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct ToolCallIn {
+    pub id: Option<String>,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub function: FunctionCallIn,
+}
+
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct FunctionCallIn {
+    pub name: String,
+    /// The arguments: a string holding a JSON object, as responses give them, or the object.
+    #[schema(value_type = String)]
+    pub arguments: Value,
+}
+
+/// A function the model may call.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct ToolIn {
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionDefinition,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct FunctionDefinition {
+    /// 1 to 64 of `a-z`, `A-Z`, `0-9`, `_` and `-`.
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A JSON Schema of the arguments object; absent: no arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<Value>,
+    /// Accepted either way: arguments always follow `parameters` where the call is enforced
+    /// (`tool_choice` `required` or a named function).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }
 
 request_with_sampling! {
@@ -229,6 +277,15 @@ request_with_sampling! {
         pub logprobs: Option<bool>,
         #[schema(minimum = 0, maximum = 20)]
         pub top_logprobs: Option<i64>,
+        /// Functions the model may call (at most 128).
+        pub tools: Option<Vec<ToolIn>>,
+        /// `none`, `auto` (the default with tools), `required`, or `{"type": "function",
+        /// "function": {"name": ...}}`. `required` and a named function are enforced by a
+        /// grammar; `auto` reads calls the model writes in the Hermes `<tool_call>` syntax.
+        #[schema(schema_with = schema::tool_choice)]
+        pub tool_choice: Option<Value>,
+        /// Whether an answer may hold several calls (default true).
+        pub parallel_tool_calls: Option<bool>,
     }
 }
 
@@ -322,7 +379,34 @@ pub struct ChatLogprobs {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChatMessageOut {
     pub role: &'static str,
-    pub content: String,
+    /// Null when the answer is only tool calls.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallOut>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ToolCallOut {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCallOut,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct FunctionCallOut {
+    pub name: String,
+    /// A JSON object, as text.
+    pub arguments: String,
+}
+
+/// A streamed call: whole, in one delta, once the model has written all of it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ToolCallDelta {
+    /// The call's position among the choice's calls.
+    pub index: usize,
+    #[serde(flatten)]
+    pub call: ToolCallOut,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -349,6 +433,8 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallDelta>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -394,6 +480,9 @@ pub struct TokenizeRequest {
     pub messages: Option<Vec<ChatMessageIn>>,
     /// With `messages`: end the rendering with the assistant's turn opener (default true).
     pub add_generation_prompt: Option<bool>,
+    /// With `messages`: the functions the prompt offers, rendered as a chat request with
+    /// `tool_choice: "auto"` renders them.
+    pub tools: Option<Vec<ToolIn>>,
     /// With `prompt`: put BOS in front where the model's tokenizer asks for it, as a
     /// completion prompt gets (default true). lm-evaluation-harness sends false.
     pub add_special_tokens: Option<bool>,
@@ -481,6 +570,23 @@ mod schema {
             ))
     }
 
+    pub fn tool_choice() -> impl Into<RefOr<Schema>> {
+        let named = of(Type::Object)
+            .property("type", of(Type::String).enum_values(Some(["function"])))
+            .required("type")
+            .property(
+                "function",
+                of(Type::Object)
+                    .property("name", of(Type::String))
+                    .required("name"),
+            )
+            .required("function");
+        OneOfBuilder::new()
+            .item(of(Type::String).enum_values(Some(["none", "auto", "required"])))
+            .item(named)
+            .item(of(Type::Null))
+    }
+
     pub fn content() -> impl Into<RefOr<Schema>> {
         let part = of(Type::Object)
             .property("type", of(Type::String).enum_values(Some(["text"])))
@@ -516,7 +622,7 @@ mod tests {
         assert_eq!(r.top_k, Some(3));
         assert_eq!(r.stream_options.unwrap().include_usage, Some(true));
         let c: ChatCompletionRequest =
-            serde_json::from_str(r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"logprobs":true,"top_logprobs":2,"tools":[]}"#)
+            serde_json::from_str(r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"}]}],"logprobs":true,"top_logprobs":2}"#)
                 .unwrap();
         assert_eq!(c.messages.unwrap().len(), 1);
     }

@@ -101,6 +101,10 @@ fn document_field_groups(doc: &mut Value) {
         ("CompletionRequest", noops(ACCEPTED_NOOPS)),
         ("ChatCompletionRequest", noops(ACCEPTED_NOOPS)),
         ("ChatMessageIn", noops(ACCEPTED_MESSAGE_NOOPS)),
+        ("ToolCallIn", vec![]),
+        ("FunctionCallIn", vec![]),
+        ("ToolIn", vec![]),
+        ("FunctionDefinition", vec![]),
         ("TokenizeRequest", vec![]),
         ("DetokenizeRequest", vec![]),
     ];

@@ -73,10 +73,11 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ),
 ];
 
-/// Why the tool fields are refused rather than accepted and ignored: unconstrained text in
-/// answer to a request for a tool call breaks the client later and quietly.
+/// Why the tool fields are refused on /v1/completions (the chat endpoint declares them):
+/// unconstrained text in answer to a request for a tool call breaks the client later and
+/// quietly.
 const NO_TOOLS: &str =
-    "braid does not produce tool calls yet, and answering with unconstrained text would break the client quietly";
+    "tool calls are made on /v1/chat/completions; /v1/completions continues a prompt";
 
 /// A request body type whose skipped fields are checked against the groups above.
 pub trait RequestFields: DeserializeOwned {
@@ -178,6 +179,14 @@ mod tests {
         let chat = r#"{"messages": [{"role": "user", "content": "hi", "name": "ann"}],
             "stream_options": {"include_usage": true}}"#;
         assert_eq!(refused::<ChatCompletionRequest>(chat), None);
+        let tools = r#"{"messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+            "tool_choice": "auto", "parallel_tool_calls": false}"#;
+        assert_eq!(refused::<ChatCompletionRequest>(tools), None);
+        let (param, message) =
+            refused::<CompletionRequest>(r#"{"prompt": "x", "tools": []}"#).unwrap();
+        assert_eq!(param, "tools");
+        assert!(message.contains("/v1/chat/completions"), "{message}");
     }
 
     #[test]

@@ -25,8 +25,9 @@ pub trait StreamFormat: Send + 'static {
     fn opening(&mut self, _choices: usize) -> Option<Self::Json> {
         None
     }
-    /// Choice `index`'s next chunk.
-    fn chunk(&mut self, index: usize, chunk: Chunk) -> Self::Json;
+    /// Choice `index`'s next chunk; None when it has nothing to tell the client yet (chat
+    /// holding back what may be the start of a tool call).
+    fn chunk(&mut self, index: usize, chunk: Chunk) -> Option<Self::Json>;
     /// The final usage-only chunk (empty `choices`).
     fn usage(&mut self, usage: Usage) -> Self::Json;
 }
@@ -126,7 +127,9 @@ pub fn sse_response<F: StreamFormat>(
                                 };
                             }
                         }
-                        break json_event(&s.format.chunk(index, chunk));
+                        if let Some(json) = s.format.chunk(index, chunk) {
+                            break json_event(&json);
+                        }
                     }
                     Some((_, Err(message))) => {
                         s.metrics

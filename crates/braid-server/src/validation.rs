@@ -9,11 +9,12 @@ use crate::openai_types::ResponseFormat;
 use crate::openai_types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, SamplingFields,
 };
+use crate::tools::{tool_calling, CallReading, ToolCalling};
 use axum::http::StatusCode;
 use braid_model::{
-    ChatMessage, ChatTemplate, Constraint, LoadedModel, SamplingParams, TokenConstraint,
+    hermes, ChatMessage, ChatTemplate, Constraint, LoadedModel, SamplingParams, TokenConstraint,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Request bounds from the model and the server's flags.
 #[derive(Clone, Debug)]
@@ -53,6 +54,8 @@ pub struct ValidatedRequest {
     pub n: usize,
     /// The structured output's grammar, compiled and at its start.
     pub constraint: Option<TokenConstraint>,
+    /// Chat with tools: how each choice's answer is read for calls.
+    pub tools: Option<CallReading>,
 }
 
 /// Most choices per prompt (`n`).
@@ -138,6 +141,8 @@ pub enum ValidationError {
         len: usize,
         max: usize,
     },
+    #[error("`{param}` {reason}")]
+    InvalidTool { param: String, reason: String },
     #[error("`messages[{index}]` {reason}")]
     InvalidMessage { index: usize, reason: String },
     #[error("`messages` cannot be rendered with the model's chat template: {0}")]
@@ -194,6 +199,7 @@ impl ValidationError {
             ValidationError::TooManyStops { .. } | ValidationError::StopTooLong { .. } => {
                 Some("stop")
             }
+            ValidationError::InvalidTool { param, .. } => Some(param),
             ValidationError::InvalidMessage { .. }
             | ValidationError::Template(_)
             | ValidationError::NoChatTemplate => Some("messages"),
@@ -245,7 +251,7 @@ pub fn completion(
     }
     let logprobs = alternatives("logprobs", req.logprobs)?;
     let echo = req.echo.unwrap_or(false);
-    let decoding = Decoding::of(&f, logprobs, model, limits)?;
+    let decoding = Decoding::of(&f, logprobs, None, model, limits)?;
     let raw = req
         .prompt
         .as_ref()
@@ -296,19 +302,23 @@ pub fn chat(
             reason: "without `logprobs: true`",
         });
     }
-    let decoding = Decoding::of(&f, logprobs, model, limits)?;
+    let tools = tool_calling(req)?;
+    let decoding = Decoding::of(&f, logprobs, tools.as_ref(), model, limits)?;
     let messages = req
         .messages
         .as_ref()
         .ok_or(ValidationError::Missing { field: "messages" })?;
-    let prompt = chat_prompt(messages, true, model)?;
+    let rendered = tools.as_ref().map(|t| t.rendered.as_slice());
+    let prompt = chat_prompt(messages, rendered, true, model)?;
     prompt_length("messages", prompt.len(), limits)?;
     let (field, requested) = match req.max_completion_tokens {
         Some(n) => ("max_completion_tokens", Some(n)),
         None => ("max_tokens", req.max_tokens),
     };
     let max_tokens = max_tokens(field, requested, None, prompt.len(), limits)?;
-    Ok(decoding.request(prompt, max_tokens, None, n))
+    let mut valid = decoding.request(prompt, max_tokens, None, n);
+    valid.tools = tools.map(|t| t.reading);
+    Ok(valid)
 }
 
 /// How many alternatives to report with each token: 0 to 20, as OpenAI allows.
@@ -335,6 +345,7 @@ impl Decoding {
     fn of(
         f: &SamplingFields,
         logprobs: Option<usize>,
+        tools: Option<&ToolCalling>,
         model: &LoadedModel,
         limits: &Limits,
     ) -> Result<Self> {
@@ -345,7 +356,7 @@ impl Decoding {
             stream: f.stream.unwrap_or(false),
             include_usage: include_usage(f),
             logprobs,
-            constraint: constraint(f, model)?,
+            constraint: constraint(f, tools, model)?,
         })
     }
 
@@ -370,14 +381,19 @@ impl Decoding {
             more_prompts: Vec::new(),
             n,
             constraint: self.constraint,
+            tools: None,
         }
     }
 }
 
-/// The request's structured output, if it asks for one, compiled against the model's
-/// vocabulary: a grammar that cannot be compiled within llguidance's limits is refused here,
-/// before anything is queued.
-fn constraint(f: &SamplingFields, model: &LoadedModel) -> Result<Option<TokenConstraint>> {
+/// The request's structured output or required tool call, if it asks for one, compiled
+/// against the model's vocabulary: a grammar that cannot be compiled within llguidance's
+/// limits is refused here, before anything is queued.
+fn constraint(
+    f: &SamplingFields,
+    tools: Option<&ToolCalling>,
+    model: &LoadedModel,
+) -> Result<Option<TokenConstraint>> {
     let mut given: Vec<(&'static str, Constraint)> = Vec::new();
     match &f.response_format {
         None | Some(ResponseFormat::Text) => {}
@@ -425,6 +441,19 @@ fn constraint(f: &SamplingFields, model: &LoadedModel) -> Result<Option<TokenCon
         }
         given.extend(inner.into_iter().map(|c| (FIELD, c)));
     }
+    // An answer either follows a format or may call tools: one grammar cannot leave room
+    // for both.
+    if let Some(tools) = tools {
+        if let Some((first, _)) = given.first() {
+            return Err(ValidationError::TwoConstraints {
+                first,
+                second: "tools",
+            });
+        }
+        if let Some(call) = &tools.enforced {
+            given.push(("tools", call.clone()));
+        }
+    }
     let (field, wanted) = match given.len() {
         0 => return Ok(None),
         1 => given.pop().expect("one"),
@@ -465,9 +494,12 @@ fn schema_value(field: &'static str, given: &Value) -> Result<Value> {
     }
 }
 
-/// Renders `messages` with the model's chat template and tokenizes the result.
+/// Renders `messages`, with `tools` (OpenAI's function objects) where the model may call
+/// them, with the model's chat template, and tokenizes the result. A template that does not
+/// render tools gets the conversation in the Hermes syntax as plain turns.
 pub fn chat_prompt(
     messages: &[ChatMessageIn],
+    tools: Option<&[Value]>,
     add_generation_prompt: bool,
     model: &LoadedModel,
 ) -> Result<Vec<u32>> {
@@ -479,10 +511,18 @@ pub fn chat_prompt(
         .enumerate()
         .map(|(i, m)| chat_message(i, m))
         .collect::<Result<Vec<_>>>()?;
+    answered_calls_exist(&msgs)?;
     let template = chat_template(model)?;
-    let text = template
-        .render(&msgs, add_generation_prompt)
-        .map_err(|e| ValidationError::Template(e.to_string()))?;
+    let rendered = if template.knows_tools() {
+        template.render(&msgs, tools, add_generation_prompt)
+    } else {
+        template.render(
+            &hermes::describe_tools(msgs, tools),
+            None,
+            add_generation_prompt,
+        )
+    };
+    let text = rendered.map_err(|e| ValidationError::Template(e.to_string()))?;
     let mut tokens = encode(model, &text)?;
     // Templates written for Hugging Face put `bos_token` in the text themselves; where the
     // tokenizer also adds BOS (a GGUF with add_bos_token, such as Gemma's), the prompt would
@@ -505,13 +545,66 @@ fn chat_template(model: &LoadedModel) -> Result<&ChatTemplate> {
         .ok_or(ValidationError::NoChatTemplate)
 }
 
+/// Every `tool` message answers a call an earlier assistant message made, as OpenAI checks.
+fn answered_calls_exist(msgs: &[ChatMessage]) -> Result<()> {
+    let mut made: Vec<&str> = Vec::new();
+    for (index, m) in msgs.iter().enumerate() {
+        for call in m.tool_calls.iter().flatten() {
+            made.extend(call["id"].as_str());
+        }
+        if let Some(id) = &m.tool_call_id {
+            if !made.contains(&id.as_str()) {
+                return Err(ValidationError::InvalidMessage {
+                    index,
+                    reason: format!(
+                        "answers the tool call `{id}`, which no earlier assistant message made"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn chat_message(index: usize, m: &ChatMessageIn) -> Result<ChatMessage> {
     let bad = |reason: String| ValidationError::InvalidMessage { index, reason };
     let role = match m.role.as_deref() {
+        // OpenAI's newer name for the system turn; templates know only `system`.
+        Some("developer") => "system".to_string(),
         Some(r) if !r.is_empty() => r.to_string(),
         _ => {
             return Err(bad(
-                "needs a `role` (\"system\", \"user\" or \"assistant\")".into(),
+                "needs a `role` (\"system\", \"user\", \"assistant\" or \"tool\")".into(),
+            ))
+        }
+    };
+    let tool_call_id = match (&m.tool_call_id, role.as_str()) {
+        (Some(id), "tool") if !id.is_empty() => Some(id.clone()),
+        (_, "tool") => {
+            return Err(bad(
+                "is a `tool` message and needs the `tool_call_id` of the call it answers".into(),
+            ))
+        }
+        (Some(_), _) => {
+            return Err(bad(
+                "has a `tool_call_id`, which only a `tool` message carries".into(),
+            ))
+        }
+        (None, _) => None,
+    };
+    let tool_calls = match (&m.tool_calls, role.as_str()) {
+        (None, _) => None,
+        (Some(calls), _) if calls.is_empty() => None,
+        (Some(calls), "assistant") => Some(
+            calls
+                .iter()
+                .enumerate()
+                .map(|(j, c)| tool_call(c).map_err(|reason| bad(format!("tool call {j} {reason}"))))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        (Some(_), _) => {
+            return Err(bad(
+                "has `tool_calls`, which only an assistant message carries".into(),
             ))
         }
     };
@@ -553,7 +646,36 @@ fn chat_message(index: usize, m: &ChatMessageIn) -> Result<ChatMessage> {
             ))
         }
     };
-    Ok(ChatMessage { role, content })
+    Ok(ChatMessage {
+        role,
+        content,
+        tool_calls,
+        tool_call_id,
+    })
+}
+
+/// An assistant's call as templates read it: its arguments as an object.
+fn tool_call(c: &crate::openai_types::ToolCallIn) -> std::result::Result<Value, String> {
+    let id =
+        c.id.as_deref()
+            .filter(|id| !id.is_empty())
+            .ok_or("needs an `id`, which `tool` messages answer")?;
+    if c.kind.as_deref().is_some_and(|k| k != "function") {
+        return Err("has a `type` other than `function`".into());
+    }
+    if c.function.name.is_empty() {
+        return Err("needs a function `name`".into());
+    }
+    let arguments = match &c.function.arguments {
+        Value::String(s) => serde_json::from_str::<Value>(s)
+            .map_err(|e| format!("has `arguments` that are not JSON: {e}"))?,
+        other => other.clone(),
+    };
+    if !arguments.is_object() {
+        return Err("has `arguments` that are not a JSON object".into());
+    }
+    Ok(json!({"id": id, "type": "function",
+        "function": {"name": c.function.name, "arguments": arguments}}))
 }
 
 /// A prompt's ids as the model reads them from its start: with BOS when the model asks for it.

@@ -425,7 +425,7 @@ fn a_model_without_a_chat_template_refuses_chat_but_completes_prompts() {
     let msgs: [ChatMessageIn; 1] =
         [serde_json::from_value(serde_json::json!({"role": "user", "content": "hi"})).unwrap()];
     assert_eq!(
-        chat_prompt(&msgs, true, &m).unwrap_err(),
+        chat_prompt(&msgs, None, true, &m).unwrap_err(),
         ValidationError::NoChatTemplate
     );
     let req: CompletionRequest =
@@ -559,4 +559,98 @@ fn a_structured_output_that_cannot_be_enforced_is_refused_naming_the_field() {
     let (p, _) =
         param(serde_json::json!({"prompt": "a", "guided_regex": "a+", "ignore_eos": true}));
     assert_eq!(p, "ignore_eos");
+}
+
+fn weather_tool() -> serde_json::Value {
+    serde_json::json!({"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})
+}
+
+#[test]
+fn tools_are_offered_in_the_prompt_and_required_calls_are_a_grammar() {
+    // The tiny model's context is too short for the Hermes tools prompt in a whole request:
+    // its rendering is checked alone, and the requests use a template that renders tools.
+    let msgs: [ChatMessageIn; 1] =
+        [serde_json::from_value(serde_json::json!({"role": "user", "content": "hi"})).unwrap()];
+    let tools = [weather_tool()];
+    let hermes = chat_prompt(&msgs, Some(&tools), true, model()).unwrap();
+    let text = model().tokenizer.decode(&hermes, false);
+    assert!(
+        text.contains("<tools>") && text.contains("\"name\": \"get_weather\""),
+        "{text}"
+    );
+    let m = tiny_model_with_template(Some(
+        "{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}",
+    ));
+    let chat_with = |extra: serde_json::Value| {
+        let mut body = serde_json::json!({"messages": [{"role": "user", "content": "weather?"}]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let req: ChatCompletionRequest = serde_json::from_value(body).unwrap();
+        chat(&req, &m, &limits())
+    };
+    let plain = chat_with(serde_json::json!({})).unwrap();
+    let auto = chat_with(serde_json::json!({"tools": tools})).unwrap();
+    assert_eq!(
+        m.tokenizer.decode(&auto.prompt, false),
+        "[get_weather]weather?"
+    );
+    assert!(auto.tools.is_some() && auto.constraint.is_none());
+    let none = chat_with(serde_json::json!({"tools": tools, "tool_choice": "none"})).unwrap();
+    assert_eq!(none.prompt, plain.prompt);
+    assert!(none.tools.is_none());
+    let required =
+        chat_with(serde_json::json!({"tools": tools, "tool_choice": "required"})).unwrap();
+    assert!(required.tools.is_some() && required.constraint.is_some());
+    let e = chat_with(serde_json::json!({"tools": tools, "guided_regex": "a+"})).unwrap_err();
+    assert_eq!(e.param(), Some("tools"));
+}
+
+#[test]
+fn a_conversation_s_calls_and_results_are_checked() {
+    let call = serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]});
+    let user = serde_json::json!({"role": "user", "content": "weather?"});
+    let ok = chat_json(serde_json::json!({"messages": [user, call,
+        {"role": "tool", "tool_call_id": "c1", "content": "cold"}]}))
+    .unwrap();
+    let text = model().tokenizer.decode(&ok.prompt, false);
+    assert!(
+        text.contains("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}")
+            && text.contains("<tool_response>\ncold\n</tool_response>"),
+        "{text}"
+    );
+    let refused = |messages: serde_json::Value| {
+        chat_json(serde_json::json!({ "messages": messages }))
+            .unwrap_err()
+            .to_string()
+    };
+    let e =
+        refused(serde_json::json!([user, {"role": "tool", "tool_call_id": "c9", "content": "x"}]));
+    assert!(e.contains("messages[1]") && e.contains("`c9`"), "{e}");
+    let e = refused(serde_json::json!([user, {"role": "tool", "content": "x"}]));
+    assert!(e.contains("tool_call_id"), "{e}");
+    let e = refused(
+        serde_json::json!([user, {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[1]"}}]}]),
+    );
+    assert!(
+        e.contains("tool call 0") && e.contains("not a JSON object"),
+        "{e}"
+    );
+    let e = refused(
+        serde_json::json!([user, {"role": "assistant", "tool_calls": [
+        {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}]),
+    );
+    assert!(e.contains("`id`"), "{e}");
+    let developer = chat_json(serde_json::json!({"messages": [
+        {"role": "developer", "content": "Be brief."}, user]}))
+    .unwrap();
+    let system = chat_json(serde_json::json!({"messages": [
+        {"role": "system", "content": "Be brief."}, user]}))
+    .unwrap();
+    assert_eq!(developer.prompt, system.prompt);
+    let e = refused(serde_json::json!([{"role": "user", "content": "a", "tool_call_id": "c1"}]));
+    assert!(e.contains("only a `tool` message"), "{e}");
 }

@@ -1,19 +1,25 @@
 //! POST /v1/chat/completions: messages rendered with the model's chat template, the answer
-//! as an assistant message (or, streaming, deltas whose first one carries the role).
+//! as an assistant message (or, streaming, deltas whose first one carries the role). With
+//! tools, the answer is read for calls: each call goes to the client whole, as one delta
+//! when streaming, and an answer that made calls finishes with `tool_calls`.
 
 use crate::generation::Chunk;
 use crate::json::ApiJson;
 use crate::logprobs::chat_logprobs;
 use crate::openai_types::{
     unix_now, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatMessageOut, Usage,
+    ChatCompletionResponse, ChatDelta, ChatMessageOut, FunctionCallOut, ToolCallDelta, ToolCallOut,
+    Usage,
 };
 use crate::routes::{admit, Answer};
 use crate::sse::StreamFormat;
 use crate::state::AppState;
+use crate::tools::CallReading;
 use crate::{error::ApiError, validation};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use braid_engine::FinishReason;
+use braid_model::hermes::{parse_answer, CallParser, ParsedCall, Piece};
 use braid_model::LoadedModel;
 use std::sync::Arc;
 
@@ -29,6 +35,8 @@ pub async fn chat_completions(
         model: a.model.clone(),
         logprobs: a.logprobs,
         include_usage: a.include_usage,
+        tools: a.tools.clone(),
+        readers: Vec::new(),
     };
     let (outs, usage, format) = match a.answer(&state, format).await? {
         Answer::Stream(response) => return Ok(response),
@@ -37,16 +45,27 @@ pub async fn chat_completions(
     let choices = outs
         .into_iter()
         .enumerate()
-        .map(|(index, out)| ChatChoice {
-            index,
-            logprobs: format
-                .logprobs
-                .then(|| chat_logprobs(&format.model.tokenizer, &out.tokens)),
-            message: ChatMessageOut {
-                role: "assistant",
-                content: out.text,
-            },
-            finish_reason: Some(out.finish.as_str()),
+        .map(|(index, out)| {
+            let (content, calls) = match &format.tools {
+                Some(tools) => parse_answer(&mut tools.parser(), &out.text),
+                None => (Some(out.text), Vec::new()),
+            };
+            ChatChoice {
+                index,
+                logprobs: format
+                    .logprobs
+                    .then(|| chat_logprobs(&format.model.tokenizer, &out.tokens)),
+                finish_reason: Some(finish_reason(out.finish, !calls.is_empty())),
+                message: ChatMessageOut {
+                    role: "assistant",
+                    content,
+                    tool_calls: calls
+                        .into_iter()
+                        .enumerate()
+                        .map(|(k, call)| format.call_out(index, k, call))
+                        .collect(),
+                },
+            }
         })
         .collect();
     Ok(axum::Json(ChatCompletionResponse {
@@ -67,9 +86,33 @@ struct ChatFormat {
     model: Arc<LoadedModel>,
     logprobs: bool,
     include_usage: bool,
+    tools: Option<CallReading>,
+    /// Streaming with tools: each choice's reader, and how many calls it has released.
+    readers: Vec<(CallParser, usize)>,
+}
+
+/// An answer that made calls and ended on its own finishes with `tool_calls`.
+fn finish_reason(finish: FinishReason, made_calls: bool) -> &'static str {
+    match finish {
+        FinishReason::Stop if made_calls => "tool_calls",
+        other => other.as_str(),
+    }
 }
 
 impl ChatFormat {
+    /// Choice `index`'s call number `k`, with an id unique to this response.
+    fn call_out(&self, index: usize, k: usize, call: ParsedCall) -> ToolCallOut {
+        let response = self.id.rsplit('-').next().unwrap_or_default();
+        ToolCallOut {
+            id: format!("call_{response}_{index}_{k}"),
+            kind: "function",
+            function: FunctionCallOut {
+                name: call.name,
+                arguments: call.arguments,
+            },
+        }
+    }
+
     fn chunk_of(
         &self,
         choices: Vec<ChatChunkChoice>,
@@ -94,12 +137,16 @@ impl StreamFormat for ChatFormat {
     type Json = ChatCompletionChunk;
 
     fn opening(&mut self, choices: usize) -> Option<ChatCompletionChunk> {
+        if let Some(tools) = &self.tools {
+            self.readers = (0..choices).map(|_| (tools.parser(), 0)).collect();
+        }
         let choices = (0..choices)
             .map(|index| ChatChunkChoice {
                 index,
                 delta: ChatDelta {
                     role: Some("assistant"),
                     content: Some(String::new()),
+                    tool_calls: Vec::new(),
                 },
                 logprobs: None,
                 finish_reason: None,
@@ -108,22 +155,63 @@ impl StreamFormat for ChatFormat {
         Some(self.chunk_of(choices, self.null_usage()))
     }
 
-    fn chunk(&mut self, index: usize, chunk: Chunk) -> ChatCompletionChunk {
+    fn chunk(&mut self, index: usize, chunk: Chunk) -> Option<ChatCompletionChunk> {
         let logprobs = (self.logprobs && chunk.token.is_some())
             .then(|| chat_logprobs(&self.model.tokenizer, chunk.token.as_slice()));
-        // The closing chunk of a generation that ended on a stop token has no new text: an empty delta.
-        let content = (chunk.finish.is_none() || !chunk.text.is_empty() || chunk.token.is_some())
-            .then_some(chunk.text);
+        let (content, tool_calls, made_calls) = match self.readers.get_mut(index) {
+            None => {
+                // The closing chunk of a generation that ended on a stop token has no new
+                // text: an empty delta.
+                let content =
+                    (chunk.finish.is_none() || !chunk.text.is_empty() || chunk.token.is_some())
+                        .then_some(chunk.text);
+                (content, Vec::new(), false)
+            }
+            Some((reader, released)) => {
+                let mut pieces = reader.push(&chunk.text);
+                if chunk.finish.is_some() {
+                    pieces.extend(reader.finish());
+                }
+                let mut text = String::new();
+                let mut calls = Vec::new();
+                for piece in pieces {
+                    match piece {
+                        Piece::Content(t) => text.push_str(&t),
+                        Piece::Call(call) => {
+                            calls.push((*released, call));
+                            *released += 1;
+                        }
+                    }
+                }
+                let made_calls = reader.calls() > 0;
+                ((!text.is_empty()).then_some(text), calls, made_calls)
+            }
+        };
+        if content.is_none()
+            && tool_calls.is_empty()
+            && logprobs.is_none()
+            && chunk.finish.is_none()
+        {
+            return None;
+        }
+        let tool_calls = tool_calls
+            .into_iter()
+            .map(|(k, call)| ToolCallDelta {
+                index: k,
+                call: self.call_out(index, k, call),
+            })
+            .collect();
         let choice = ChatChunkChoice {
             index,
             delta: ChatDelta {
                 role: None,
                 content,
+                tool_calls,
             },
             logprobs,
-            finish_reason: chunk.finish.map(|f| f.as_str()),
+            finish_reason: chunk.finish.map(|f| finish_reason(f, made_calls)),
         };
-        self.chunk_of(vec![choice], self.null_usage())
+        Some(self.chunk_of(vec![choice], self.null_usage()))
     }
 
     fn usage(&mut self, usage: Usage) -> ChatCompletionChunk {

@@ -88,7 +88,7 @@ impl CompletionFormat {
 impl StreamFormat for CompletionFormat {
     type Json = CompletionResponse;
 
-    fn chunk(&mut self, index: usize, chunk: Chunk) -> CompletionResponse {
+    fn chunk(&mut self, index: usize, chunk: Chunk) -> Option<CompletionResponse> {
         let tokenizer = &self.model.tokenizer;
         let logprobs = self
             .logprobs
@@ -101,7 +101,7 @@ impl StreamFormat for CompletionFormat {
             logprobs,
             finish_reason: chunk.finish.map(|f| f.as_str()),
         };
-        self.response(vec![choice], self.include_usage.then_some(None))
+        Some(self.response(vec![choice], self.include_usage.then_some(None)))
     }
 
     fn usage(&mut self, usage: Usage) -> CompletionResponse {

@@ -16,6 +16,7 @@ use crate::generation::{Collected, Generation};
 use crate::openai_types::Usage;
 use crate::sse::{sse_response, StreamFormat};
 use crate::state::AppState;
+use crate::tools::CallReading;
 use crate::validation::{Limits, ValidatedRequest, ValidationError};
 use braid_model::LoadedModel;
 use std::sync::Arc;
@@ -52,6 +53,8 @@ pub(crate) struct Admitted {
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: bool,
+    /// Chat with tools: how the answers are read for calls.
+    pub tools: Option<CallReading>,
 }
 
 /// A request's answer: its stream, or every choice run to its end (in choice order) with the
@@ -104,6 +107,7 @@ pub(crate) async fn admit<R: Send + 'static>(
         valid.logprobs.is_some(),
         valid.n,
     );
+    let tools = valid.tools.clone();
     // A refused choice drops the ones already queued, which cancels them. A prompt's first
     // choice reads it; its other choices share those KV blocks.
     let mut generations: Vec<Generation> = Vec::new();
@@ -125,5 +129,6 @@ pub(crate) async fn admit<R: Send + 'static>(
         stream,
         include_usage,
         logprobs,
+        tools,
     })
 }

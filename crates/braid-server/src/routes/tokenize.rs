@@ -8,6 +8,7 @@ use crate::openai_types::{
 };
 use crate::routes::blocking;
 use crate::state::AppState;
+use crate::tools;
 use crate::validation::{self, ValidationError};
 use axum::extract::State;
 use axum::Json;
@@ -27,7 +28,9 @@ pub async fn tokenize(
         }
         .map_err(|e| ValidationError::Tokenize(e.to_string())),
         (None, Some(messages)) => {
-            validation::chat_prompt(messages, req.add_generation_prompt.unwrap_or(true), &model)
+            let tools = tools::rendered(req.tools.as_deref().unwrap_or_default())?;
+            let generation_prompt = req.add_generation_prompt.unwrap_or(true);
+            validation::chat_prompt(messages, tools.as_deref(), generation_prompt, &model)
         }
         _ => Err(ValidationError::ExactlyOne {
             first: "prompt",

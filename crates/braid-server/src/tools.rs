@@ -1,0 +1,298 @@
+//! Tool calling as a chat request asks for it: which functions the model may call, whether
+//! it must call one, and how many calls one answer may hold.
+//!
+//! `required` and a named function are grammars over the Hermes call syntax, so the answer
+//! is calls whose arguments follow each function's `parameters` by construction; `auto`
+//! leaves the model free and reads back the calls it writes. `none` renders no tools at
+//! all: a model shown functions it may not call tends to call them anyway.
+
+use crate::openai_types::{ChatCompletionRequest, ToolIn};
+use crate::validation::ValidationError;
+use braid_model::hermes::CallParser;
+use braid_model::Constraint;
+use serde_json::{json, Value};
+
+/// Most functions one request may offer, OpenAI's own bound. Every one is described in the
+/// prompt, so more would mostly fill the context.
+pub const MAX_TOOLS: usize = 128;
+
+/// Longest function name, OpenAI's bound.
+const MAX_NAME_LEN: usize = 64;
+
+/// A chat request's tools, validated (absent with `tool_choice: "none"` or no tools).
+#[derive(Clone, Debug)]
+pub struct ToolCalling {
+    /// The functions as templates and the tools prompt render them: OpenAI's
+    /// `{"type": "function", "function": {...}}` objects.
+    pub rendered: Vec<Value>,
+    /// The grammar of a call the model must make (`required` or a named function).
+    pub enforced: Option<Constraint>,
+    pub reading: CallReading,
+}
+
+/// How a choice's answer is read for calls.
+#[derive(Clone, Debug)]
+pub struct CallReading {
+    names: Vec<String>,
+    parallel: bool,
+}
+
+impl CallReading {
+    pub fn parser(&self) -> CallParser {
+        CallParser::new(self.names.clone(), self.parallel)
+    }
+}
+
+fn invalid(param: impl Into<String>, reason: impl Into<String>) -> ValidationError {
+    ValidationError::InvalidTool {
+        param: param.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A chat request's `tools`, `tool_choice` and `parallel_tool_calls`, checked together.
+pub fn tool_calling(req: &ChatCompletionRequest) -> Result<Option<ToolCalling>, ValidationError> {
+    offered(
+        req.tools.as_deref().unwrap_or_default(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+    )
+}
+
+/// The tools as a prompt offers them with `tool_choice: "auto"`, for /tokenize.
+pub fn rendered(tools: &[ToolIn]) -> Result<Option<Vec<Value>>, ValidationError> {
+    Ok(offered(tools, None, None)?.map(|t| t.rendered))
+}
+
+fn offered(
+    tools: &[ToolIn],
+    tool_choice: Option<&Value>,
+    parallel_tool_calls: Option<bool>,
+) -> Result<Option<ToolCalling>, ValidationError> {
+    if tools.len() > MAX_TOOLS {
+        return Err(invalid(
+            "tools",
+            format!(
+                "holds {} functions; at most {MAX_TOOLS} are accepted",
+                tools.len()
+            ),
+        ));
+    }
+    let mut names: Vec<String> = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        if tool.kind != "function" {
+            return Err(invalid(
+                format!("tools[{i}].type"),
+                format!("is `{}`; the only kind of tool is `function`", tool.kind),
+            ));
+        }
+        let name = &tool.function.name;
+        let valid_name = !name.is_empty()
+            && name.len() <= MAX_NAME_LEN
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid_name {
+            return Err(invalid(
+                format!("tools[{i}].function.name"),
+                format!("is {name:?}; a name is 1 to {MAX_NAME_LEN} of a-z, A-Z, 0-9, `_` and `-`"),
+            ));
+        }
+        if names.contains(name) {
+            return Err(invalid(
+                format!("tools[{i}].function.name"),
+                format!("`{name}` is offered twice"),
+            ));
+        }
+        if let Some(p) = &tool.function.parameters {
+            if !p.is_object() {
+                return Err(invalid(
+                    format!("tools[{i}].function.parameters"),
+                    "must be a JSON Schema object",
+                ));
+            }
+        }
+        names.push(name.clone());
+    }
+    let choice = choice(tool_choice, &names)?;
+    if tools.is_empty() {
+        return match choice {
+            Choice::None | Choice::Auto => Ok(None),
+            _ => Err(invalid(
+                "tool_choice",
+                "asks for a call, but `tools` offers no function",
+            )),
+        };
+    }
+    let parallel = parallel_tool_calls.unwrap_or(true);
+    let functions = |wanted: Option<&str>| -> Vec<(String, Value)> {
+        tools
+            .iter()
+            .filter(|t| wanted.is_none_or(|w| w == t.function.name))
+            .map(|t| (t.function.name.clone(), arguments_schema(t)))
+            .collect()
+    };
+    let enforced = match &choice {
+        Choice::None => return Ok(None),
+        Choice::Auto => None,
+        Choice::Required => Some(Constraint::ToolCalls {
+            functions: functions(None),
+            parallel,
+        }),
+        // OpenAI's named choice is one call to that function.
+        Choice::Named(name) => Some(Constraint::ToolCalls {
+            functions: functions(Some(name)),
+            parallel: false,
+        }),
+    };
+    let rendered = tools
+        .iter()
+        .map(|t| json!({"type": "function", "function": t.function}))
+        .collect();
+    Ok(Some(ToolCalling {
+        rendered,
+        enforced,
+        reading: CallReading { names, parallel },
+    }))
+}
+
+/// The JSON Schema a call's arguments follow: the function's `parameters`, or an empty
+/// object for a function without them (OpenAI's reading of an omitted `parameters`).
+fn arguments_schema(tool: &ToolIn) -> Value {
+    tool.function.parameters.clone().unwrap_or_else(
+        || json!({"type": "object", "properties": {}, "additionalProperties": false}),
+    )
+}
+
+enum Choice {
+    None,
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// `tool_choice`, defaulting as OpenAI does: `auto` with tools, `none` without.
+fn choice(raw: Option<&Value>, names: &[String]) -> Result<Choice, ValidationError> {
+    const SHAPE: &str = "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+    let named = |v: &Value| -> Option<String> {
+        (v.get("type")?.as_str()? == "function")
+            .then(|| v.get("function")?.get("name")?.as_str().map(str::to_string))?
+    };
+    match raw {
+        None | Some(Value::Null) if names.is_empty() => Ok(Choice::None),
+        None | Some(Value::Null) => Ok(Choice::Auto),
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Ok(Choice::None),
+            "auto" => Ok(Choice::Auto),
+            "required" => Ok(Choice::Required),
+            _ => Err(invalid("tool_choice", format!("is {s:?}; it {SHAPE}"))),
+        },
+        Some(v @ Value::Object(_)) => match named(v) {
+            Some(name) if names.contains(&name) => Ok(Choice::Named(name)),
+            Some(name) => Err(invalid(
+                "tool_choice",
+                format!("names the function `{name}`, which `tools` does not offer"),
+            )),
+            None => Err(invalid("tool_choice", SHAPE)),
+        },
+        Some(_) => Err(invalid("tool_choice", SHAPE)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: Value) -> ChatCompletionRequest {
+        serde_json::from_value(body).unwrap()
+    }
+
+    fn tool(name: &str) -> Value {
+        json!({"type": "function", "function": {"name": name, "parameters":
+            {"type": "object", "properties": {"x": {"type": "integer"}}}}})
+    }
+
+    fn refused(body: Value) -> (String, String) {
+        match tool_calling(&request(body)).expect_err("refused") {
+            e @ ValidationError::InvalidTool { .. } => {
+                (e.param().unwrap().to_string(), e.to_string())
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_choice_decides_what_is_enforced() {
+        let auto = tool_calling(&request(json!({"tools": [tool("a"), tool("b")]})))
+            .unwrap()
+            .unwrap();
+        assert!(auto.enforced.is_none());
+        assert_eq!(auto.rendered.len(), 2);
+        assert_eq!(auto.rendered[0]["function"]["name"], "a");
+        let none = request(json!({"tools": [tool("a")], "tool_choice": "none"}));
+        assert!(tool_calling(&none).unwrap().is_none());
+        assert!(tool_calling(&request(json!({}))).unwrap().is_none());
+        let required = request(
+            json!({"tools": [tool("a"), tool("b")], "tool_choice": "required",
+            "parallel_tool_calls": false}),
+        );
+        match tool_calling(&required).unwrap().unwrap().enforced {
+            Some(Constraint::ToolCalls {
+                functions,
+                parallel,
+            }) => {
+                assert_eq!(functions.len(), 2);
+                assert!(!parallel);
+            }
+            other => panic!("{other:?}"),
+        }
+        let named = request(json!({"tools": [tool("a"), tool("b")],
+            "tool_choice": {"type": "function", "function": {"name": "b"}}}));
+        match tool_calling(&named).unwrap().unwrap().enforced {
+            Some(Constraint::ToolCalls { functions, .. }) => {
+                assert_eq!(functions.len(), 1);
+                assert_eq!(functions[0].0, "b");
+            }
+            other => panic!("{other:?}"),
+        }
+        let bare = request(
+            json!({"tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": "required"}),
+        );
+        match tool_calling(&bare).unwrap().unwrap().enforced {
+            Some(Constraint::ToolCalls { functions, .. }) => {
+                assert_eq!(functions[0].1["additionalProperties"], false)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_tools_and_choices_are_refused_naming_the_field() {
+        let many: Vec<Value> = (0..1000).map(|i| tool(&format!("f{i}"))).collect();
+        let (param, msg) = refused(json!({"tools": many}));
+        assert_eq!(param, "tools");
+        assert!(msg.contains("1000") && msg.contains("128"), "{msg}");
+        let (param, msg) = refused(json!({"tools": [tool("a")],
+            "tool_choice": {"type": "function", "function": {"name": "nope"}}}));
+        assert_eq!(param, "tool_choice");
+        assert!(msg.contains("`nope`"), "{msg}");
+        let (param, _) = refused(json!({"tool_choice": "required"}));
+        assert_eq!(param, "tool_choice");
+        let (param, _) = refused(json!({"tools": [tool("a")], "tool_choice": "always"}));
+        assert_eq!(param, "tool_choice");
+        let (param, _) = refused(json!({"tools": [tool("a")], "tool_choice": {"type": "x"}}));
+        assert_eq!(param, "tool_choice");
+        let (param, _) = refused(json!({"tools": [tool("a b")]}));
+        assert_eq!(param, "tools[0].function.name");
+        let (param, _) = refused(json!({"tools": [tool("a"), tool("a")]}));
+        assert_eq!(param, "tools[1].function.name");
+        let (param, _) =
+            refused(json!({"tools": [{"type": "retrieval", "function": {"name": "a"}}]}));
+        assert_eq!(param, "tools[0].type");
+        let (param, _) = refused(
+            json!({"tools": [{"type": "function", "function": {"name": "a", "parameters": [1]}}]}),
+        );
+        assert_eq!(param, "tools[0].function.parameters");
+    }
+}
