@@ -71,3 +71,44 @@ def test_lm_eval_scores_a_local_task_with_braids_own_logprobs(server, tmp_path):
             ours, our_greedy = braid_loglikelihood(server.url, context, continuation)
             assert math.isclose(float(theirs), ours, abs_tol=1e-3), (context, continuation, theirs, ours)
             assert str(their_greedy) == str(our_greedy), (context, continuation)
+
+
+def test_vllm_prompt_logprobs_match_the_echo_scores(server):
+    """vLLM's `prompt_logprobs` shape carries the same scores as `echo` + `logprobs`, with each
+    prompt token's rank and the alternatives asked for; chat has them once, at the top."""
+    prompt = "The capital of France is Paris, and the capital of Italy is"
+    echo = requests.post(
+        server.url + "/v1/completions",
+        json={"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 3, "temperature": 0},
+        timeout=120,
+    ).json()["choices"][0]["logprobs"]
+    r = requests.post(
+        server.url + "/v1/completions",
+        json={"prompt": prompt, "max_tokens": 2, "prompt_logprobs": 3, "temperature": 0, "n": 2},
+        timeout=120,
+    )
+    assert r.status_code == 200, r.text
+    ids = tokens(server.url, prompt)
+    for choice in r.json()["choices"]:
+        assert choice["logprobs"] is None
+        plp = choice["prompt_logprobs"]
+        assert len(plp) == len(ids) and plp[0] is None
+        for i, (token, entries) in enumerate(zip(ids[1:], plp[1:]), start=1):
+            own = entries[str(token)]
+            assert math.isclose(own["logprob"], echo["token_logprobs"][i], abs_tol=1e-4), i
+            assert own["decoded_token"] == echo["tokens"][i]
+            ranks = sorted(e["rank"] for e in entries.values())
+            assert ranks[:3] == [1, 2, 3] and len(entries) in (3, 4), entries
+            assert (own["rank"] == 1) == (echo["token_logprobs"][i] >= max(echo["top_logprobs"][i].values()) - 1e-6)
+    chat = requests.post(
+        server.url + "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "prompt_logprobs": 0},
+        timeout=120,
+    ).json()
+    rendered = requests.post(server.url + "/tokenize", json={"messages": [{"role": "user", "content": "Hi"}]}, timeout=30).json()
+    assert len(chat["prompt_logprobs"]) == rendered["count"]
+    assert all(len(e) == 1 for e in chat["prompt_logprobs"][1:])
+    refused = requests.post(
+        server.url + "/v1/completions", json={"prompt": "a", "prompt_logprobs": 1, "stream": True}, timeout=30
+    )
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "prompt_logprobs"

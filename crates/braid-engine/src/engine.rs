@@ -532,6 +532,7 @@ impl PromptScores {
                     token,
                     logprob: None,
                     top: Vec::new(),
+                    rank: None,
                 })
                 .collect(),
             scratch: Vec::new(),

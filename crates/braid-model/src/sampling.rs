@@ -69,6 +69,8 @@ pub struct Sampled {
     pub logprob: Option<f32>,
     /// The most likely alternatives with their log-probabilities, best first.
     pub top: Vec<(u32, f32)>,
+    /// A scored prompt token's place in the distribution: 1 + the tokens more likely.
+    pub rank: Option<u32>,
 }
 
 pub struct Sampler {
@@ -172,6 +174,7 @@ impl Sampler {
             token,
             logprob,
             top,
+            rank: None,
         }
     }
 
@@ -252,10 +255,13 @@ pub fn score_token(
     scratch: &mut Vec<(f32, u32)>,
 ) -> Sampled {
     let (logprob, top) = log_softmax_top(logits, token, top, scratch);
+    let own = logits[token as usize];
+    let rank = 1 + logits.iter().filter(|&&l| l > own).count() as u32;
     Sampled {
         token,
         logprob: Some(logprob),
         top,
+        rank: Some(rank),
     }
 }
 
@@ -294,7 +300,10 @@ mod tests {
         let s = score_token(&logits(), 1, 2, &mut scratch);
         assert_eq!(s.top[0].0, 1);
         assert_eq!(s.logprob, Some(s.top[0].1));
+        assert_eq!(s.rank, Some(1));
         let other = score_token(&logits(), 3, 1, &mut scratch);
+        assert_eq!(other.rank, Some(6));
+        assert_eq!(score_token(&logits(), 4, 0, &mut scratch).rank, Some(2));
         assert!(other.logprob.unwrap() < other.top[0].1);
         let total: f32 = logits().iter().map(|&l| (l - 3.0).exp()).sum();
         assert!((other.logprob.unwrap() - (-4.0 - total.ln())).abs() < 1e-5);

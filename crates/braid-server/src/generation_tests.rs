@@ -44,6 +44,7 @@ fn token(b: u8) -> EngineEvent {
             token: byte_token(b),
             logprob: None,
             top: vec![],
+            rank: None,
         },
         finished: None,
     }
@@ -116,6 +117,7 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         echo: None,
         logprobs: None,
         score_prompt: None,
+        prompt_logprobs: None,
         more_prompts: vec![],
         n: 1,
         constraint: None,

@@ -1,7 +1,10 @@
-//! Sampled tokens' log-probabilities in the two shapes OpenAI uses: the legacy parallel arrays
-//! of /v1/completions and the per-token objects of /v1/chat/completions.
+//! Sampled tokens' log-probabilities in the two shapes OpenAI uses, the legacy parallel arrays
+//! of /v1/completions and the per-token objects of /v1/chat/completions, and the prompt's in
+//! vLLM's `prompt_logprobs` shape.
 
-use crate::openai_types::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob};
+use crate::openai_types::{
+    ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptLogprob, PromptLogprobs, TopLogprob,
+};
 use braid_model::{Sampled, Tokenizer};
 use std::collections::BTreeMap;
 
@@ -94,6 +97,38 @@ pub fn chat_logprobs(tokenizer: &Tokenizer, tokens: &[Sampled]) -> ChatLogprobs 
             })
             .collect(),
     }
+}
+
+/// A scored prompt in vLLM's shape: each token's own entry (with its rank) and its `top`
+/// most likely alternatives (ranks 1 to `top`), keyed by token id; null for the first token.
+pub fn prompt_logprobs(tokenizer: &Tokenizer, scored: &[Sampled], top: usize) -> PromptLogprobs {
+    let entry = |id: u32, logprob: f32, rank: u32| {
+        let decoded_token = token_text(tokenizer, id);
+        (
+            id.to_string(),
+            PromptLogprob {
+                logprob: finite(logprob),
+                rank,
+                decoded_token,
+            },
+        )
+    };
+    scored
+        .iter()
+        .map(|s| {
+            let logprob = s.logprob?;
+            let mut out: BTreeMap<String, PromptLogprob> = s
+                .top
+                .iter()
+                .take(top)
+                .zip(1..)
+                .map(|(&(id, lp), rank)| entry(id, lp, rank))
+                .collect();
+            let (key, own) = entry(s.token, logprob, s.rank.unwrap_or(1));
+            out.insert(key, own);
+            Some(out)
+        })
+        .collect()
 }
 
 #[cfg(test)]

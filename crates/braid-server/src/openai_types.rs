@@ -53,6 +53,7 @@ pub struct SamplingFields {
     pub guided_regex: Option<String>,
     pub guided_choice: Option<Vec<String>>,
     pub guided_grammar: Option<String>,
+    pub prompt_logprobs: Option<i64>,
 }
 
 /// OpenAI's `response_format`. Every form is enforced while sampling; `strict: false` is
@@ -146,6 +147,10 @@ macro_rules! request_with_sampling {
             pub guided_choice: Option<Vec<String>>,
             /// vLLM: a grammar in llguidance's Lark dialect the output follows.
             pub guided_grammar: Option<String>,
+            /// vLLM: each prompt token's logprob, rank and this many alternatives (0 to 20),
+            /// in vLLM's shape; not with `stream`.
+            #[schema(minimum = 0, maximum = 20)]
+            pub prompt_logprobs: Option<i64>,
         }
 
         impl RequestFields for $name {
@@ -177,6 +182,7 @@ macro_rules! request_with_sampling {
                     guided_regex: self.guided_regex.clone(),
                     guided_choice: self.guided_choice.clone(),
                     guided_grammar: self.guided_grammar.clone(),
+                    prompt_logprobs: self.prompt_logprobs,
                 }
             }
         }
@@ -341,6 +347,21 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// With `prompt_logprobs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobs>,
+}
+
+/// vLLM's `prompt_logprobs`: per prompt token (the first null, having no context), the
+/// token's own entry and its alternatives', keyed by token id.
+pub type PromptLogprobs = Vec<Option<BTreeMap<String, PromptLogprob>>>;
+
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct PromptLogprob {
+    pub logprob: f32,
+    /// 1 + the tokens more likely.
+    pub rank: u32,
+    pub decoded_token: String,
 }
 
 /// A whole completion, and (with `object: "text_completion"` as OpenAI does) one stream chunk.
@@ -425,6 +446,9 @@ pub struct ChatCompletionResponse {
     pub model: String,
     pub choices: Vec<ChatChoice>,
     pub usage: Usage,
+    /// With `prompt_logprobs` (vLLM puts the chat prompt's here, once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, ToSchema)]

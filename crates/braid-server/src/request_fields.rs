@@ -67,10 +67,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("tools", NO_TOOLS),
     ("tool_choice", NO_TOOLS),
     ("parallel_tool_calls", NO_TOOLS),
-    (
-        "prompt_logprobs",
-        "vLLM's prompt_logprobs shape is not implemented; send `echo: true` with `logprobs`, which returns the prompt's logprobs in OpenAI's shape",
-    ),
 ];
 
 /// Why the tool fields are refused on /v1/completions (the chat endpoint declares them):

@@ -45,9 +45,11 @@ pub struct ValidatedRequest {
     pub echo: Option<String>,
     /// Alternatives to report with each token, when logprobs were asked for.
     pub logprobs: Option<usize>,
-    /// Completions with `echo` and `logprobs`: the prompt's tokens are scored too, with this
-    /// many alternatives each.
+    /// The prompt's tokens are scored too, with this many alternatives each: completions
+    /// with `echo` and `logprobs`, or `prompt_logprobs`.
     pub score_prompt: Option<usize>,
+    /// vLLM's `prompt_logprobs`: alternatives to report with each prompt token.
+    pub prompt_logprobs: Option<usize>,
     /// The other prompts of a completions prompt array, each with its `echo` text.
     pub more_prompts: Vec<(Vec<u32>, Option<String>)>,
     /// Choices per prompt (`n`).
@@ -277,9 +279,9 @@ pub fn completion(
     }
     let mut checked = checked.into_iter();
     let (prompt, echo) = checked.next().expect("prompts() returns at least one");
-    let score_prompt = logprobs.filter(|_| echo.is_some());
+    let echo_scores = logprobs.filter(|_| echo.is_some());
     let mut valid = decoding.request(prompt, max_new, echo, n);
-    valid.score_prompt = score_prompt;
+    valid.score_prompt = valid.score_prompt.max(echo_scores);
     valid.more_prompts = checked.collect();
     Ok(valid)
 }
@@ -338,6 +340,7 @@ struct Decoding {
     stream: bool,
     include_usage: bool,
     logprobs: Option<usize>,
+    prompt_logprobs: Option<usize>,
     constraint: Option<TokenConstraint>,
 }
 
@@ -349,7 +352,15 @@ impl Decoding {
         model: &LoadedModel,
         limits: &Limits,
     ) -> Result<Self> {
+        let prompt_logprobs = alternatives("prompt_logprobs", f.prompt_logprobs)?;
+        if prompt_logprobs.is_some() && f.stream == Some(true) {
+            return Err(ValidationError::Unsupported {
+                field: "prompt_logprobs",
+                reason: "with `stream`; send `stream: false`, or `echo` with `logprobs` on /v1/completions, whose first chunk carries the prompt's",
+            });
+        }
         Ok(Self {
+            prompt_logprobs,
             params: sampling(f, logprobs, limits)?,
             stop_strings: stop_strings(f, limits)?,
             stop_token_ids: stop_token_ids(f, model, limits)?,
@@ -377,7 +388,8 @@ impl Decoding {
             include_usage: self.include_usage,
             echo,
             logprobs: self.logprobs,
-            score_prompt: None,
+            score_prompt: self.prompt_logprobs,
+            prompt_logprobs: self.prompt_logprobs,
             more_prompts: Vec::new(),
             n,
             constraint: self.constraint,

@@ -304,6 +304,16 @@ fn echo_and_unsupported_fields() {
     assert_eq!((scored.score_prompt, scored.max_tokens), (Some(1), 0));
     let unscored = completion_json(serde_json::json!({"prompt": "a", "logprobs": 1})).unwrap();
     assert_eq!(unscored.score_prompt, None);
+    let vllm = completion_json(
+        serde_json::json!({"prompt": "a", "echo": true, "logprobs": 1, "prompt_logprobs": 4}),
+    )
+    .unwrap();
+    assert_eq!(
+        (vllm.score_prompt, vllm.prompt_logprobs),
+        (Some(4), Some(4))
+    );
+    let e = completion_json(serde_json::json!({"prompt": "a", "prompt_logprobs": -1})).unwrap_err();
+    assert_eq!(e.param(), Some("prompt_logprobs"));
     assert!(matches!(
         completion_json(serde_json::json!({"prompt": "a", "max_tokens": 0})),
         Err(ValidationError::OutOfRange {

@@ -5,7 +5,7 @@
 
 use crate::generation::Chunk;
 use crate::json::ApiJson;
-use crate::logprobs::chat_logprobs;
+use crate::logprobs::{chat_logprobs, prompt_logprobs};
 use crate::openai_types::{
     unix_now, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatMessageOut, FunctionCallOut, ToolCallDelta, ToolCallOut,
@@ -38,10 +38,13 @@ pub async fn chat_completions(
         tools: a.tools.clone(),
         readers: Vec::new(),
     };
+    let prompt_top = a.prompt_logprobs;
     let (outs, usage, format) = match a.answer(&state, format).await? {
         Answer::Stream(response) => return Ok(response),
         Answer::Whole(choices, usage, format) => (choices, usage, format),
     };
+    let prompt_logprobs =
+        prompt_top.map(|top| prompt_logprobs(&format.model.tokenizer, &outs[0].prompt_scored, top));
     let choices = outs
         .into_iter()
         .enumerate()
@@ -75,6 +78,7 @@ pub async fn chat_completions(
         model: format.model_name,
         choices,
         usage,
+        prompt_logprobs,
     })
     .into_response())
 }

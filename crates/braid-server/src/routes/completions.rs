@@ -2,7 +2,7 @@
 
 use crate::generation::Chunk;
 use crate::json::ApiJson;
-use crate::logprobs::CompletionLogprobsBuilder;
+use crate::logprobs::{prompt_logprobs, CompletionLogprobsBuilder};
 use crate::openai_types::{
     unix_now, CompletionChoice, CompletionRequest, CompletionResponse, Usage,
 };
@@ -32,7 +32,9 @@ pub async fn completions(
                 .collect()
         }),
         include_usage: a.include_usage,
+        echo: a.echo,
     };
+    let prompt_top = a.prompt_logprobs;
     let (outs, usage, mut format) = match a.answer(&state, format).await? {
         Answer::Stream(response) => return Ok(response),
         Answer::Whole(choices, usage, format) => (choices, usage, format),
@@ -41,17 +43,18 @@ pub async fn completions(
         .into_iter()
         .enumerate()
         .map(|(index, out)| {
-            let logprobs = format.logprobs.as_mut().map(|b| {
-                b[index].build(
-                    &format.model.tokenizer,
-                    out.prompt_scored.iter().chain(&out.tokens),
-                )
-            });
+            let echoed = out.prompt_scored.iter().filter(|_| format.echo);
+            let logprobs = format
+                .logprobs
+                .as_mut()
+                .map(|b| b[index].build(&format.model.tokenizer, echoed.chain(&out.tokens)));
             CompletionChoice {
                 index,
                 text: out.text,
                 logprobs,
                 finish_reason: Some(out.finish.as_str()),
+                prompt_logprobs: prompt_top
+                    .map(|top| prompt_logprobs(&format.model.tokenizer, &out.prompt_scored, top)),
             }
         })
         .collect();
@@ -66,6 +69,8 @@ struct CompletionFormat {
     /// One builder per choice (text offsets run on within a choice).
     logprobs: Option<Vec<CompletionLogprobsBuilder>>,
     include_usage: bool,
+    /// The prompt's scores go in front of the output's in `logprobs`.
+    echo: bool,
 }
 
 impl CompletionFormat {
@@ -90,16 +95,18 @@ impl StreamFormat for CompletionFormat {
 
     fn chunk(&mut self, index: usize, chunk: Chunk) -> Option<CompletionResponse> {
         let tokenizer = &self.model.tokenizer;
+        let echoed = chunk.prompt_scored.iter().filter(|_| self.echo);
         let logprobs = self
             .logprobs
             .as_mut()
-            .filter(|_| chunk.token.is_some() || !chunk.prompt_scored.is_empty())
-            .map(|b| b[index].build(tokenizer, chunk.prompt_scored.iter().chain(&chunk.token)));
+            .filter(|_| chunk.token.is_some() || (self.echo && !chunk.prompt_scored.is_empty()))
+            .map(|b| b[index].build(tokenizer, echoed.chain(&chunk.token)));
         let choice = CompletionChoice {
             index,
             text: chunk.text,
             logprobs,
             finish_reason: chunk.finish.map(|f| f.as_str()),
+            prompt_logprobs: None,
         };
         Some(self.response(vec![choice], self.include_usage.then_some(None)))
     }

@@ -55,6 +55,10 @@ pub(crate) struct Admitted {
     pub logprobs: bool,
     /// Chat with tools: how the answers are read for calls.
     pub tools: Option<CallReading>,
+    /// vLLM's `prompt_logprobs`: alternatives per prompt token.
+    pub prompt_logprobs: Option<usize>,
+    /// Completions with `echo`: the prompt's scores belong in the legacy `logprobs` too.
+    pub echo: bool,
 }
 
 /// A request's answer: its stream, or every choice run to its end (in choice order) with the
@@ -108,6 +112,7 @@ pub(crate) async fn admit<R: Send + 'static>(
         valid.n,
     );
     let tools = valid.tools.clone();
+    let (prompt_logprobs, echo) = (valid.prompt_logprobs, valid.echo.is_some());
     // A refused choice drops the ones already queued, which cancels them. A prompt's first
     // choice reads it; its other choices share those KV blocks.
     let mut generations: Vec<Generation> = Vec::new();
@@ -130,5 +135,7 @@ pub(crate) async fn admit<R: Send + 'static>(
         include_usage,
         logprobs,
         tools,
+        prompt_logprobs,
+        echo,
     })
 }
