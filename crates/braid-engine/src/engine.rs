@@ -381,10 +381,27 @@ impl Engine {
             });
         }
         let logit_rows: Vec<usize> = entries.iter().map(BatchEntry::logit_rows).collect();
-        let logits = self
-            .model
-            .model
-            .forward(&entries, &mut self.kv, &mut self.ws)?;
+        // Structured outputs' masks depend only on the tokens already taken: they are computed
+        // on a thread of their own while the forward pass runs, not after it.
+        let sampled: Vec<SeqId> = plan
+            .chunks
+            .iter()
+            .filter(|c| c.sample)
+            .map(|c| c.seq)
+            .collect();
+        let mut masked: Vec<&mut Sampler> = self
+            .active
+            .iter_mut()
+            .filter(|(id, a)| a.sampler.is_constrained() && sampled.contains(id))
+            .map(|(_, a)| &mut a.sampler)
+            .collect();
+        let (model, kv, ws) = (&self.model.model, &mut self.kv, &mut self.ws);
+        let logits = std::thread::scope(|s| {
+            if !masked.is_empty() {
+                s.spawn(|| masked.iter_mut().for_each(|m| m.prepare_mask()));
+            }
+            model.forward(&entries, kv, ws)
+        })?;
         let vocab = self.model.config().vocab_size;
         let row_logits = |row: usize| &logits[row * vocab..(row + 1) * vocab];
         // A scored prompt's chunk brings every row's logits, any other its last row if sampled.

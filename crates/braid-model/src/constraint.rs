@@ -160,7 +160,7 @@ impl Grammars {
         }
         Ok(TokenConstraint {
             matcher,
-            first: Some(first),
+            ready: Some(Some(first)),
             eos_ids: self.eos_ids.clone(),
             trie_eos: self.factory.tok_env().tok_trie().eos_token(),
         })
@@ -229,8 +229,10 @@ pub fn token_trie(tokenizer: &Tokenizer) -> Result<TokTrie, String> {
 /// One sequence's grammar state: which tokens may come next, advanced by each sampled token.
 pub struct TokenConstraint {
     matcher: Matcher,
-    /// The mask computed at compile time, used for the first token.
-    first: Option<SimpleVob>,
+    /// The next token's mask, computed ahead: at compile time for the first token, then by
+    /// [`prepare_mask`](TokenConstraint::prepare_mask) while the forward pass runs. None
+    /// inside: only end of sequence is left.
+    ready: Option<Option<SimpleVob>>,
     eos_ids: Vec<u32>,
     trie_eos: u32,
 }
@@ -240,7 +242,7 @@ impl Clone for TokenConstraint {
     fn clone(&self) -> Self {
         Self {
             matcher: self.matcher.deep_clone(),
-            first: self.first.clone(),
+            ready: self.ready.clone(),
             eos_ids: self.eos_ids.clone(),
             trie_eos: self.trie_eos,
         }
@@ -259,19 +261,9 @@ impl TokenConstraint {
     /// Sets every token the grammar does not allow next to -inf. Once the grammar is complete
     /// only end-of-sequence is left, and the sequence stops there.
     pub fn mask_logits(&mut self, logits: &mut [f32]) {
-        let mask = match self.first.take() {
-            Some(m) => Some(m),
-            None => match self.matcher.compute_mask_or_eos() {
-                Ok(m) if !m.is_zero() => Some(m),
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::warn!(
-                        "structured output: the grammar failed a step ({}); ending",
-                        problem(e)
-                    );
-                    None
-                }
-            },
+        let mask = match self.ready.take() {
+            Some(m) => m,
+            None => self.compute_mask(),
         };
         let Some(mask) = mask else {
             return only(logits, &self.eos_ids);
@@ -291,6 +283,31 @@ impl TokenConstraint {
         }
         for (id, l) in eos {
             logits[id] = l;
+        }
+    }
+
+    /// Computes the next token's mask now, so that [`mask_logits`](Self::mask_logits) only
+    /// applies it: the engine calls this while the forward pass that brings the logits runs,
+    /// since the mask depends only on the tokens already taken.
+    pub fn prepare_mask(&mut self) {
+        if self.ready.is_none() {
+            self.ready = Some(self.compute_mask());
+        }
+    }
+
+    /// The grammar's mask for the next token; None when only end of sequence is left (the
+    /// grammar is complete, or failed a step).
+    fn compute_mask(&mut self) -> Option<SimpleVob> {
+        match self.matcher.compute_mask_or_eos() {
+            Ok(m) if !m.is_zero() => Some(m),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(
+                    "structured output: the grammar failed a step ({}); ending",
+                    problem(e)
+                );
+                None
+            }
         }
     }
 

@@ -119,6 +119,18 @@ impl Sampler {
         &self.params
     }
 
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// Computes a structured output's next mask ahead of [`sample`](Self::sample), off the
+    /// critical path (see [`TokenConstraint::prepare_mask`]).
+    pub fn prepare_mask(&mut self) {
+        if let Some(c) = &mut self.constraint {
+            c.prepare_mask();
+        }
+    }
+
     /// Picks the next token and records it as part of the output.
     pub fn sample(&mut self, logits: &[f32]) -> Sampled {
         let p = self.params.clone();
