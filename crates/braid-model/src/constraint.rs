@@ -463,6 +463,31 @@ mod tests {
     }
 
     #[test]
+    fn a_mask_prepared_ahead_samples_exactly_as_one_computed_in_place() {
+        let tok = tiny_tokenizer();
+        let g = Grammars::new(&tok).unwrap();
+        let schema = serde_json::json!({"type": "object",
+            "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        let compiled = g.compile(&Constraint::JsonSchema(schema)).unwrap();
+        let sampler = |c: &TokenConstraint| {
+            Sampler::new(SamplingParams::greedy(), &[]).with_constraint(Some(c.clone()))
+        };
+        let (mut ahead, mut in_place) = (sampler(&compiled), sampler(&compiled));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for _ in 0..40 {
+            let logits: Vec<f32> = (0..tok.vocab_size())
+                .map(|_| rng.random_range(-5.0..5.0))
+                .collect();
+            ahead.prepare_mask();
+            let (a, b) = (ahead.sample(&logits).token, in_place.sample(&logits).token);
+            assert_eq!(a, b);
+            if tok.eos_token_ids().contains(&a) {
+                return;
+            }
+        }
+    }
+
+    #[test]
     fn tool_calls_follow_a_function_s_schema_and_read_back_as_calls() {
         let tok = tiny_tokenizer();
         let g = Grammars::new(&tok).unwrap();
