@@ -255,6 +255,9 @@ impl Engine {
                 }
             }
         }
+        for &(src, dst) in &plan.block_copies {
+            self.kv.copy_block(src, dst);
+        }
         let sampled = match self.forward_and_sample(plan) {
             Ok(s) => s,
             Err(e) => return self.fail_all(&format!("model error: {e}")),

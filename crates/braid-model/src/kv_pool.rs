@@ -24,6 +24,7 @@ use half::f16;
 pub const BYTES_PER_ELEMENT: usize = std::mem::size_of::<u16>();
 
 pub struct KvPool {
+    num_layers: usize,
     block_size: usize,
     num_blocks: usize,
     kv_heads: usize,
@@ -64,6 +65,7 @@ impl KvPool {
         );
         let len = cfg.num_layers * num_blocks * cfg.num_kv_heads * block_size * cfg.head_dim;
         Self {
+            num_layers: cfg.num_layers,
             block_size,
             num_blocks,
             kv_heads: cfg.num_kv_heads,
@@ -110,6 +112,17 @@ impl KvPool {
         }
     }
 
+    /// Copies block `src`'s keys and values, every layer and head, into block `dst`.
+    pub fn copy_block(&mut self, src: u32, dst: u32) {
+        let len = self.kv_heads * self.block_size * self.head_dim;
+        for layer in 0..self.num_layers {
+            let from = self.offset(layer, src as usize, 0);
+            let to = self.offset(layer, dst as usize, 0);
+            self.k.copy_within(from..from + len, to);
+            self.v.copy_within(from..from + len, to);
+        }
+    }
+
     /// Keys (`[head_dim][block_size]`) and values (`[block_size][head_dim]`) of one head in one
     /// block, as half-float bits.
     pub fn block(&self, layer: usize, block: u32, head: usize) -> (&[u16], &[u16]) {
@@ -122,6 +135,29 @@ impl KvPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copied_block_holds_the_source_s_keys_and_values_in_every_layer() {
+        let cfg = ModelConfig::llama(64, 64, 4, 2, 256);
+        let mut pool = KvPool::new(&cfg, 16, 4);
+        let floats = cfg.num_kv_heads * cfg.head_dim;
+        for layer in 0..cfg.num_layers {
+            for pos in 0..5 {
+                let k: Vec<f32> = (0..floats)
+                    .map(|i| (layer * 100 + pos * 10 + i) as f32)
+                    .collect();
+                let v: Vec<f32> = k.iter().map(|x| -x).collect();
+                pool.write(layer, &[2], pos, &k, &v);
+            }
+        }
+        pool.copy_block(2, 1);
+        for layer in 0..cfg.num_layers {
+            for head in 0..cfg.num_kv_heads {
+                assert_eq!(pool.block(layer, 1, head), pool.block(layer, 2, head));
+                assert_ne!(pool.block(layer, 0, head), pool.block(layer, 2, head));
+            }
+        }
+    }
 
     #[test]
     fn every_finite_half_widens_exactly() {

@@ -158,9 +158,10 @@ impl Scheduler {
     }
 
     /// Makes waiting sequence `id` (another choice of `leader`'s prompt, `n` > 1) wait until
-    /// `leader` has read its prompt, then start from the prefix cache: the prompt is read once
-    /// and its full blocks are shared, only the last partial block being computed again.
-    /// Without prefix caching there is nothing to share and nothing changes.
+    /// `leader` has read its prompt, then start from the prefix cache: the prompt is read once,
+    /// its full blocks are shared and its last partial block is copied, so only the prompt's
+    /// last token is computed again (for the logits of the first sample). Without prefix
+    /// caching there is nothing to share and nothing changes.
     pub fn share_prompt(&mut self, id: SeqId, leader: SeqId) {
         if let Some(seq) = self.seqs.get_mut(&id) {
             if self.cfg.prefix_caching && seq.state == SeqState::Waiting {
@@ -264,7 +265,7 @@ impl Scheduler {
                 idx += 1;
                 continue;
             }
-            let reused = self.reuse_cached_prefix(id);
+            let (reused, copy) = self.reuse_cached_prefix(id);
             let want = self.slice_len(id, &budget, now);
             let min_len = if self.cfg.chunked_prefill {
                 1
@@ -277,6 +278,7 @@ impl Scheduler {
                 break; // FIFO: nobody overtakes the head of the queue
             }
             self.count_prefix_lookup(id, reused, &mut plan);
+            plan.block_copies.extend(copy);
             self.waiting.remove(idx);
             self.running.push(id);
             self.seqs.get_mut(&id).expect("waiting id is live").state = SeqState::Prefilling;

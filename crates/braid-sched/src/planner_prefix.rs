@@ -3,16 +3,22 @@
 
 use super::{Scheduler, StepPlan};
 use crate::sequence::SeqId;
+use crate::step_plan::BlockCopy;
 
 impl Scheduler {
     /// Gives a waiting sequence the longest chain of its full blocks found in the cache
     /// (one more holder each) and moves its `num_computed` past them; returns the tokens
     /// reused. At least the last token is always left to compute: its logits are what the
     /// first sample is drawn from. 0 when prefix caching is off.
-    pub(super) fn reuse_cached_prefix(&mut self, id: SeqId) -> usize {
+    ///
+    /// Another choice of a prompt its leader has read ([`Scheduler::share_prompt`]) also
+    /// takes the prompt's last, partial block: a new block of its own, to be filled with a
+    /// copy of the leader's (returned, for the plan) before the step runs, since both will
+    /// write their own tokens after the prompt into it.
+    pub(super) fn reuse_cached_prefix(&mut self, id: SeqId) -> (usize, Option<BlockCopy>) {
         let seq = self.seqs.get_mut(&id).expect("live id");
         if !self.cfg.prefix_caching || seq.score_prompt {
-            return 0;
+            return (0, None);
         }
         let bs = self.cfg.block_size;
         debug_assert!(seq.block_table.is_empty() && seq.num_computed == 0);
@@ -28,7 +34,36 @@ impl Scheduler {
         }
         seq.num_cached_blocks = seq.block_table.len();
         seq.num_computed = seq.block_table.len() * bs;
-        seq.num_computed
+        let copy = self.copy_shared_tail(id);
+        (self.seqs[&id].num_computed, copy)
+    }
+
+    /// The leader's block holding the prompt's last, partial block, and a new block of `id`'s
+    /// for its copy; `id` then has all but the prompt's last token computed. None, and
+    /// nothing changes, unless `id` shares a prompt that its leader has read and holds, all
+    /// its full blocks came from the cache, the tail is more than the last token, and a block
+    /// is free. The leader cannot be preempted or finish before the step runs: admissions
+    /// come after preemption in a plan, and sequences end at commit.
+    fn copy_shared_tail(&mut self, id: SeqId) -> Option<BlockCopy> {
+        let bs = self.cfg.block_size;
+        let seq = &self.seqs[&id];
+        let leader = self.seqs.get(&seq.shares_prompt_of?)?;
+        let prompt_len = seq.tokens.len();
+        let tail = seq.block_table.len();
+        let shares = leader.is_running()
+            && leader.num_computed >= prompt_len
+            && leader.tokens.get(..prompt_len) == Some(&seq.tokens[..])
+            && tail == (prompt_len - 1) / bs
+            && prompt_len - tail * bs >= 2;
+        if !shares {
+            return None;
+        }
+        let source = *leader.block_table.get(tail)?;
+        let copy = self.allocator.allocate(1)?[0];
+        let seq = self.seqs.get_mut(&id).expect("live id");
+        seq.block_table.push(copy);
+        seq.num_computed = prompt_len - 1;
+        Some((source, copy))
     }
 
     /// Undoes [`Scheduler::reuse_cached_prefix`] for a sequence that stays in the queue.

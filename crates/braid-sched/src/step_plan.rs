@@ -7,8 +7,12 @@
 //! lookups) is counted in the plan too, so whoever reports a step reads its own numbers
 //! instead of differencing the scheduler's running totals.
 
+use crate::block_allocator::BlockId;
 use crate::prefix_cache::PrefixCacheStats;
 use crate::sequence::SeqId;
+
+/// A KV block to copy before a step runs: (source, destination).
+pub type BlockCopy = (BlockId, BlockId);
 
 /// Feed `tokens[start..start + len]` of sequence `seq`, writing K/V at positions
 /// `start..start + len` through its block table.
@@ -47,6 +51,9 @@ pub struct StepPlan {
     pub predicted_secs: Option<f64>,
     /// Prefix-cache lookups made while planning this step (one per admission), in tokens.
     pub prefix_cache: PrefixCacheStats,
+    /// KV blocks to copy, (source, destination), before the step runs: the prompt's last,
+    /// partial block, from the choice that read the prompt to another choice of it.
+    pub block_copies: Vec<BlockCopy>,
 }
 
 impl StepPlan {
