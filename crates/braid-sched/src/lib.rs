@@ -35,6 +35,7 @@ pub mod cost_model;
 pub mod planner;
 pub mod prefix_cache;
 pub mod sequence;
+pub mod step_headroom;
 pub mod step_plan;
 
 pub use block_allocator::{BlockAllocator, BlockId};
