@@ -33,6 +33,9 @@ pub enum Constraint {
     Choice(Vec<String>),
     /// Text of this grammar, in llguidance's Lark dialect.
     Lark(String),
+    /// Text of this grammar, in llama.cpp's GBNF (compiled as the Lark [`crate::gbnf`]
+    /// translates it to).
+    Gbnf(String),
     /// Nothing but calls to these functions (name, JSON Schema of the arguments) in the
     /// Hermes syntax: one, or with `parallel` one or more.
     ToolCalls {
@@ -48,12 +51,22 @@ pub enum Constraint {
 pub const MAX_SOURCE_BYTES: usize = 128 * 1024;
 
 impl Constraint {
+    /// A grammar given as text: GBNF when it defines its rules with `::=`, which Lark never
+    /// does, else Lark.
+    pub fn grammar(src: &str) -> Self {
+        if crate::gbnf::defines_rules(src) {
+            Constraint::Gbnf(src.to_owned())
+        } else {
+            Constraint::Lark(src.to_owned())
+        }
+    }
+
     /// Size of the grammar's source as the client wrote it.
     fn source_bytes(&self) -> usize {
         match self {
             Constraint::JsonObject => 0,
             Constraint::JsonSchema(schema) => schema.to_string().len(),
-            Constraint::Regex(src) | Constraint::Lark(src) => src.len(),
+            Constraint::Regex(src) | Constraint::Lark(src) | Constraint::Gbnf(src) => src.len(),
             Constraint::Choice(choices) => choices.iter().map(|c| c.len() + 1).sum(),
             Constraint::ToolCalls { functions, .. } => functions
                 .iter()
@@ -132,6 +145,13 @@ impl Grammars {
                 TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
             }
             Constraint::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+            // A grammar read as GBNF says so in its errors: the client may have meant Lark.
+            Constraint::Gbnf(src) => {
+                let lark = crate::gbnf::to_lark(src).map_err(|e| format!("GBNF grammar: {e}"))?;
+                return self
+                    .compile_unbounded(&Constraint::Lark(lark))
+                    .map_err(|e| format!("GBNF grammar: {e}"));
+            }
             Constraint::ToolCalls {
                 functions,
                 parallel,
@@ -450,6 +470,14 @@ mod tests {
                     && digits[4..].bytes().all(|b| (b'a'..=b'c').contains(&b)),
                 "{digits:?}"
             );
+            let month = generate(
+                &g,
+                &tok,
+                Constraint::Gbnf("root ::= \"2024-\" (\"0\" [1-9] | \"1\" [0-2])".into()),
+                seed,
+            );
+            let m: u32 = month.strip_prefix("2024-").unwrap().parse().unwrap();
+            assert!(month.len() == 7 && (1..=12).contains(&m), "{month:?}");
             let schema = serde_json::json!({
                 "type": "object",
                 "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
