@@ -76,6 +76,14 @@ impl Constraint {
     }
 }
 
+/// The stack a grammar is compiled on. llguidance compiles a rule by recursing into the rules
+/// it refers to, a few kilobytes of stack per rule in a chain (`a0: a1`, `a1: a2`, ...; some
+/// 13 KB in a debug build): an 11 KB Lark grammar of 1,000 such rules overflowed the 2 MiB
+/// stack of a server worker and aborted the server. Within [`MAX_SOURCE_BYTES`] a chain has at
+/// most some 11,000 rules, which even a debug build compiles within this. It is only reserved:
+/// a grammar uses as much of it as it goes deep.
+const COMPILE_STACK_BYTES: usize = 256 << 20;
+
 /// Bounds on the work one grammar may cost. llguidance's defaults allow a mask to take tens
 /// of milliseconds; a shared engine step should not wait that long for one sequence.
 fn limits() -> ParserLimits {
@@ -125,7 +133,16 @@ impl Grammars {
                 "it is {size} bytes long; at most {MAX_SOURCE_BYTES} are accepted"
             ));
         }
-        self.compile_unbounded(constraint)
+        std::thread::scope(|scope| {
+            let compiling = std::thread::Builder::new()
+                .name("grammar".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(scope, || self.compile_unbounded(constraint))
+                .map_err(|e| format!("no thread to compile it on: {e}"))?;
+            compiling
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     }
 
     /// [`compile`](Self::compile) without the size bound: llguidance's limits alone.
@@ -419,6 +436,33 @@ mod tests {
             .compile(&Constraint::JsonSchema(enum_schema))
             .expect_err("refused");
         assert!(e.contains("at most 131072"), "{e}");
+    }
+
+    #[test]
+    fn a_long_chain_of_rules_compiles_whatever_stack_the_caller_has() {
+        let g = Grammars::new(&tiny_tokenizer()).unwrap();
+        let rules = 3_000;
+        let mut lark = String::from("start: a0\n");
+        let mut gbnf = String::from("root ::= a0\n");
+        for i in 0..rules {
+            lark.push_str(&format!("a{i}: a{}\n", i + 1));
+            gbnf.push_str(&format!("a{i} ::= a{}\n", i + 1));
+        }
+        lark.push_str(&format!("a{rules}: \"x\"\n"));
+        gbnf.push_str(&format!("a{rules} ::= \"x\"\n"));
+        // The stack of the server's workers; llguidance needs far more for this.
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn_scoped(scope, || {
+                    for c in [Constraint::Lark(lark), Constraint::Gbnf(gbnf)] {
+                        g.compile(&c).unwrap();
+                    }
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        });
     }
 
     /// Samples until end of sequence from random logits, as an untrained model would give.
