@@ -139,6 +139,45 @@ def test_guided_regex_and_structured_outputs_match(client):
     assert r.choices[0].message.content in ("apple!", "pear!", "plum!")
 
 
+# A date in llama.cpp's GBNF: `guided_grammar` reads it as GBNF because it defines rules with `::=`.
+DATE_GBNF = """# a date from this century
+root  ::= year "-" month "-" day
+year  ::= "20" [0-9]{2}
+month ::= "0" [1-9] | "1" [0-2]
+day   ::= "0" [1-9] | [12] [0-9] | "3" [01]
+"""
+
+
+def test_a_gbnf_grammar_is_followed_and_a_broken_one_is_a_400_naming_its_line(client):
+    r = client.chat.completions.create(
+        model="",
+        messages=[{"role": "user", "content": "When is your birthday? Answer with a date."}],
+        max_tokens=20,
+        temperature=0,
+        extra_body={"guided_grammar": DATE_GBNF},
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "stop"
+    date = r"20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+    assert re.fullmatch(date, choice.message.content), choice.message.content
+    r = client.chat.completions.create(
+        model="",
+        messages=[{"role": "user", "content": "Is the sea salty?"}],
+        max_tokens=5,
+        extra_body={"structured_outputs": {"grammar": 'root ::= ("yes" | "no") "."\n'}},
+    )
+    assert r.choices[0].message.content in ("yes.", "no."), r.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="",
+            messages=[{"role": "user", "content": "Hi"}],
+            extra_body={"guided_grammar": 'root ::= answer\nanswr ::= "yes" | "no"\n'},
+        )
+    body = e.value.body
+    assert body["param"] == "guided_grammar", body
+    assert "GBNF grammar: line 1: rule `answer` is used but never defined" in body["message"], body
+
+
 def test_max_tokens_can_cut_constrained_output_short(client):
     r = client.chat.completions.create(
         model="",

@@ -33,6 +33,9 @@ pub enum Constraint {
     Choice(Vec<String>),
     /// Text of this grammar, in llguidance's Lark dialect.
     Lark(String),
+    /// Text of this grammar, in llama.cpp's GBNF (compiled as the Lark [`crate::gbnf`]
+    /// translates it to).
+    Gbnf(String),
     /// Nothing but calls to these functions (name, JSON Schema of the arguments) in the
     /// Hermes syntax: one, or with `parallel` one or more.
     ToolCalls {
@@ -48,12 +51,22 @@ pub enum Constraint {
 pub const MAX_SOURCE_BYTES: usize = 128 * 1024;
 
 impl Constraint {
+    /// A grammar given as text: GBNF when it defines its rules with `::=`, which Lark never
+    /// does, else Lark.
+    pub fn grammar(src: &str) -> Self {
+        if crate::gbnf::defines_rules(src) {
+            Constraint::Gbnf(src.to_owned())
+        } else {
+            Constraint::Lark(src.to_owned())
+        }
+    }
+
     /// Size of the grammar's source as the client wrote it.
     fn source_bytes(&self) -> usize {
         match self {
             Constraint::JsonObject => 0,
             Constraint::JsonSchema(schema) => schema.to_string().len(),
-            Constraint::Regex(src) | Constraint::Lark(src) => src.len(),
+            Constraint::Regex(src) | Constraint::Lark(src) | Constraint::Gbnf(src) => src.len(),
             Constraint::Choice(choices) => choices.iter().map(|c| c.len() + 1).sum(),
             Constraint::ToolCalls { functions, .. } => functions
                 .iter()
@@ -62,6 +75,14 @@ impl Constraint {
         }
     }
 }
+
+/// The stack a grammar is compiled on. llguidance compiles a rule by recursing into the rules
+/// it refers to, a few kilobytes of stack per rule in a chain (`a0: a1`, `a1: a2`, ...; some
+/// 13 KB in a debug build): an 11 KB Lark grammar of 1,000 such rules overflowed the 2 MiB
+/// stack of a server worker and aborted the server. Within [`MAX_SOURCE_BYTES`] a chain has at
+/// most some 11,000 rules, which even a debug build compiles within this. It is only reserved:
+/// a grammar uses as much of it as it goes deep.
+const COMPILE_STACK_BYTES: usize = 256 << 20;
 
 /// Bounds on the work one grammar may cost. llguidance's defaults allow a mask to take tens
 /// of milliseconds; a shared engine step should not wait that long for one sequence.
@@ -112,7 +133,16 @@ impl Grammars {
                 "it is {size} bytes long; at most {MAX_SOURCE_BYTES} are accepted"
             ));
         }
-        self.compile_unbounded(constraint)
+        std::thread::scope(|scope| {
+            let compiling = std::thread::Builder::new()
+                .name("grammar".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(scope, || self.compile_unbounded(constraint))
+                .map_err(|e| format!("no thread to compile it on: {e}"))?;
+            compiling
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     }
 
     /// [`compile`](Self::compile) without the size bound: llguidance's limits alone.
@@ -132,6 +162,13 @@ impl Grammars {
                 TopLevelGrammar::from_regex(&format!("(?:{})", alternatives.join("|")))
             }
             Constraint::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+            // A grammar read as GBNF says so in its errors: the client may have meant Lark.
+            Constraint::Gbnf(src) => {
+                let lark = crate::gbnf::to_lark(src).map_err(|e| format!("GBNF grammar: {e}"))?;
+                return self
+                    .compile_unbounded(&Constraint::Lark(lark))
+                    .map_err(|e| format!("GBNF grammar: {e}"));
+            }
             Constraint::ToolCalls {
                 functions,
                 parallel,
@@ -401,6 +438,33 @@ mod tests {
         assert!(e.contains("at most 131072"), "{e}");
     }
 
+    #[test]
+    fn a_long_chain_of_rules_compiles_whatever_stack_the_caller_has() {
+        let g = Grammars::new(&tiny_tokenizer()).unwrap();
+        let rules = 3_000;
+        let mut lark = String::from("start: a0\n");
+        let mut gbnf = String::from("root ::= a0\n");
+        for i in 0..rules {
+            lark.push_str(&format!("a{i}: a{}\n", i + 1));
+            gbnf.push_str(&format!("a{i} ::= a{}\n", i + 1));
+        }
+        lark.push_str(&format!("a{rules}: \"x\"\n"));
+        gbnf.push_str(&format!("a{rules} ::= \"x\"\n"));
+        // The stack of the server's workers; llguidance needs far more for this.
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn_scoped(scope, || {
+                    for c in [Constraint::Lark(lark), Constraint::Gbnf(gbnf)] {
+                        g.compile(&c).unwrap();
+                    }
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        });
+    }
+
     /// Samples until end of sequence from random logits, as an untrained model would give.
     fn generate(g: &Grammars, tok: &Tokenizer, c: Constraint, seed: u64) -> String {
         let constraint = g.compile(&c).unwrap();
@@ -450,6 +514,14 @@ mod tests {
                     && digits[4..].bytes().all(|b| (b'a'..=b'c').contains(&b)),
                 "{digits:?}"
             );
+            let month = generate(
+                &g,
+                &tok,
+                Constraint::Gbnf("root ::= \"2024-\" (\"0\" [1-9] | \"1\" [0-2])".into()),
+                seed,
+            );
+            let m: u32 = month.strip_prefix("2024-").unwrap().parse().unwrap();
+            assert!(month.len() == 7 && (1..=12).contains(&m), "{month:?}");
             let schema = serde_json::json!({
                 "type": "object",
                 "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},

@@ -11,6 +11,7 @@ pub mod config;
 pub mod constraint;
 pub mod engine_bench;
 pub mod error;
+pub mod gbnf;
 pub mod generate;
 pub mod hermes;
 pub mod hub;

@@ -87,7 +87,8 @@ pub struct StructuredOutputs {
     pub json: Option<Value>,
     pub regex: Option<String>,
     pub choice: Option<Vec<String>>,
-    /// A grammar in llguidance's Lark dialect.
+    /// A grammar in llguidance's Lark dialect or llama.cpp's GBNF (GBNF when it defines its
+    /// rules with `::=`).
     pub grammar: Option<String>,
 }
 
@@ -145,7 +146,8 @@ macro_rules! request_with_sampling {
             pub guided_regex: Option<String>,
             /// vLLM: the output is exactly one of these strings.
             pub guided_choice: Option<Vec<String>>,
-            /// vLLM: a grammar in llguidance's Lark dialect the output follows.
+            /// vLLM: a grammar the output follows, in llguidance's Lark dialect or llama.cpp's
+            /// GBNF (GBNF when it defines its rules with `::=`).
             pub guided_grammar: Option<String>,
             /// vLLM: each prompt token's logprob, rank and this many alternatives (0 to 20),
             /// in vLLM's shape; not with `stream`.

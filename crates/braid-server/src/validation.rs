@@ -428,7 +428,7 @@ fn constraint(
         given.push(("guided_choice", Constraint::Choice(choices.clone())));
     }
     if let Some(grammar) = &f.guided_grammar {
-        given.push(("guided_grammar", Constraint::Lark(grammar.clone())));
+        given.push(("guided_grammar", Constraint::grammar(grammar)));
     }
     if let Some(so) = &f.structured_outputs {
         const FIELD: &str = "structured_outputs";
@@ -443,7 +443,7 @@ fn constraint(
             inner.push(Constraint::Choice(choices.clone()));
         }
         if let Some(grammar) = &so.grammar {
-            inner.push(Constraint::Lark(grammar.clone()));
+            inner.push(Constraint::grammar(grammar));
         }
         if inner.len() != 1 {
             return Err(ValidationError::WrongShape {

@@ -526,7 +526,9 @@ fn each_structured_output_field_compiles_to_a_constraint() {
         serde_json::json!({"guided_regex": "[0-9]+"}),
         serde_json::json!({"guided_choice": ["yes", "no"]}),
         serde_json::json!({"guided_grammar": "start: \"a\" | \"b\""}),
+        serde_json::json!({"guided_grammar": "root ::= \"a\" | \"b\""}),
         serde_json::json!({"structured_outputs": {"choice": ["yes", "no"]}}),
+        serde_json::json!({"structured_outputs": {"grammar": "root ::= [0-9]+"}}),
     ] {
         let mut body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
         body.as_object_mut()
@@ -555,6 +557,9 @@ fn a_structured_output_that_cannot_be_enforced_is_refused_naming_the_field() {
     let (p, m) = param(serde_json::json!({"prompt": "a", "guided_json": "{not json"}));
     assert_eq!(p, "guided_json");
     assert!(m.contains("not JSON"), "{m}");
+    let (p, m) = param(serde_json::json!({"prompt": "a", "guided_grammar": "root ::= foo"}));
+    assert_eq!(p, "guided_grammar");
+    assert!(m.contains("GBNF grammar: line 1: rule `foo`"), "{m}");
     let (p, m) = param(
         serde_json::json!({"prompt": "a", "response_format": {"type": "json_object"}, "guided_regex": "a"}),
     );
