@@ -138,6 +138,9 @@ BAD = [
     ("unbalanced regex", 400, "POST", "/v1/completions", {"prompt": "a", "guided_regex": "(ab"}, None, True),
     ("grammar with an unknown rule", 400, "POST", "/v1/completions", {"prompt": "a", "guided_grammar": "start: missing"}, None, True),
     ("two constraints", 400, "POST", "/v1/completions", {"prompt": "a", "guided_regex": "a", "guided_choice": ["a"]}, None, True),
+    ("GBNF with an undefined rule", 400, "POST", "/v1/completions", {"prompt": "a", "guided_grammar": 'root ::= "a" missing'}, None, True),
+    ("GBNF with a token reference", 400, "POST", "/v1/completions", {"prompt": "a", "guided_grammar": "root ::= <[1234]>"}, None, True),
+    ("GBNF with an unterminated class", 400, "POST", "/v1/completions", {"prompt": "a", "guided_grammar": "root ::= [a-z"}, None, True),
     ("unknown response_format type", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "xml"}}, None, True),
     # Tool calls: bounded in number and size, every name and id checked before anything runs.
     ("1,000 tools", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool(f"f{i}") for i in range(1000)]}, None, True),
@@ -181,6 +184,9 @@ ACCEPTED = [
     ("a logit_bias on every sampled token", {"prompt": "a", "max_tokens": 3, "logit_bias": {str(i): -100 for i in range(300)}}),
     ("a regex built to backtrack", {"prompt": "a", "max_tokens": 8, "guided_regex": "(a+)+$"}),
     ("a regex repeated a million times", {"prompt": "a", "max_tokens": 8, "guided_regex": "(a{1000}){1000}"}),
+    # Once aborted the server: llguidance recursed once per rule past a worker's stack.
+    ("a chain of 3,000 Lark rules", {"prompt": "a", "max_tokens": 4, "guided_grammar": "start: a0\n" + "".join(f"a{i}: a{i + 1}\n" for i in range(3000)) + 'a3000: "x"\n'}),
+    ("a chain of 3,000 GBNF rules", {"prompt": "a", "max_tokens": 4, "guided_grammar": "root ::= a0\n" + "".join(f"a{i} ::= a{i + 1}\n" for i in range(3000)) + 'a3000 ::= "x"\n'}),
 ]
 
 
