@@ -383,19 +383,26 @@ impl Engine {
                 all_logits: c.all_logits,
             });
         }
-        let logit_rows: Vec<usize> = entries.iter().map(BatchEntry::logit_rows).collect();
+        // Where each chunk's logits start, and the row each sampled chunk samples from: a
+        // scored prompt's chunk brings every row's logits, any other its last row if sampled.
+        let mut first_rows = Vec::with_capacity(entries.len());
+        let mut sampled_rows = Vec::with_capacity(plan.num_samples());
+        let mut row = 0;
+        for (c, e) in plan.chunks.iter().zip(&entries) {
+            first_rows.push(row);
+            row += e.logit_rows();
+            if c.sample {
+                sampled_rows.push((c.seq, row - 1));
+            }
+        }
         // Structured outputs' masks depend only on the tokens already taken: they are computed
         // on a thread of their own while the forward pass runs, not after it.
-        let sampled: Vec<SeqId> = plan
-            .chunks
-            .iter()
-            .filter(|c| c.sample)
-            .map(|c| c.seq)
-            .collect();
         let mut masked: Vec<&mut Sampler> = self
             .active
             .iter_mut()
-            .filter(|(id, a)| a.sampler.is_constrained() && sampled.contains(id))
+            .filter(|(id, a)| {
+                a.sampler.is_constrained() && sampled_rows.iter().any(|(seq, _)| seq == *id)
+            })
             .map(|(_, a)| &mut a.sampler)
             .collect();
         let (model, kv, ws) = (&self.model.model, &mut self.kv, &mut self.ws);
@@ -407,25 +414,19 @@ impl Engine {
         })?;
         let vocab = self.model.config().vocab_size;
         let row_logits = |row: usize| &logits[row * vocab..(row + 1) * vocab];
-        // A scored prompt's chunk brings every row's logits, any other its last row if sampled.
-        let mut sampled_rows = Vec::with_capacity(plan.num_samples());
-        let mut row = 0;
-        for (c, rows) in plan.chunks.iter().zip(logit_rows) {
-            if c.all_logits {
-                let a = self
-                    .active
-                    .get_mut(&c.seq)
-                    .expect("planned sequence is active");
-                if let Some(scores) = a.scores.as_mut() {
-                    for i in 0..c.len {
-                        scores.score(c.start + i, row_logits(row + i));
-                    }
+        for (c, first) in plan.chunks.iter().zip(first_rows) {
+            if !c.all_logits {
+                continue;
+            }
+            let a = self
+                .active
+                .get_mut(&c.seq)
+                .expect("planned sequence is active");
+            if let Some(scores) = a.scores.as_mut() {
+                for i in 0..c.len {
+                    scores.score(c.start + i, row_logits(first + i));
                 }
             }
-            if c.sample {
-                sampled_rows.push((c.seq, row + rows - 1));
-            }
-            row += rows;
         }
         // Each row is sampled on the compute pool: a structured output's grammar mask costs
         // about 0.1 ms per sequence, and every sampler owns its state (RNG, grammar), so the

@@ -214,6 +214,7 @@ pub struct CallParser {
     held_space: String,
     /// A call was the last thing released: whitespace after it is dropped.
     after_call: bool,
+    /// Calls released so far (dropped ones not counted).
     calls: usize,
 }
 
@@ -250,8 +251,8 @@ impl CallParser {
                     Some(call) => {
                         self.held_space.clear();
                         self.after_call = true;
-                        self.calls += 1;
-                        if self.calls == 1 || self.parallel {
+                        if self.calls == 0 || self.parallel {
+                            self.calls += 1;
                             out.push(Piece::Call(call));
                         } else {
                             tracing::info!(

@@ -375,7 +375,7 @@ impl Scheduler {
         Slice { len, starving }
     }
 
-    /// Most rows of a scored prompt (`add_scored`) fed in one step: each also runs the output layer
+    /// Most rows of a scored prompt ([`Scheduler::score_prompt`]) fed in one step: each also runs the output layer
     /// and holds `vocab_size` logits, 64 MB at 64 rows of a 262k vocabulary.
     pub const SCORED_ROWS_PER_STEP: usize = 64;
 

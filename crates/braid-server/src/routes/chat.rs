@@ -91,8 +91,8 @@ struct ChatFormat {
     logprobs: bool,
     include_usage: bool,
     tools: Option<CallReading>,
-    /// Streaming with tools: each choice's reader, and how many calls it has released.
-    readers: Vec<(CallParser, usize)>,
+    /// Streaming with tools: each choice's reader.
+    readers: Vec<CallParser>,
 }
 
 /// An answer that made calls and ended on its own finishes with `tool_calls`.
@@ -142,7 +142,7 @@ impl StreamFormat for ChatFormat {
 
     fn opening(&mut self, choices: usize) -> Option<ChatCompletionChunk> {
         if let Some(tools) = &self.tools {
-            self.readers = (0..choices).map(|_| (tools.parser(), 0)).collect();
+            self.readers = (0..choices).map(|_| tools.parser()).collect();
         }
         let choices = (0..choices)
             .map(|index| ChatChunkChoice {
@@ -171,7 +171,8 @@ impl StreamFormat for ChatFormat {
                         .then_some(chunk.text);
                 (content, Vec::new(), false)
             }
-            Some((reader, released)) => {
+            Some(reader) => {
+                let mut next_call = reader.calls();
                 let mut pieces = reader.push(&chunk.text);
                 if chunk.finish.is_some() {
                     pieces.extend(reader.finish());
@@ -182,8 +183,8 @@ impl StreamFormat for ChatFormat {
                     match piece {
                         Piece::Content(t) => text.push_str(&t),
                         Piece::Call(call) => {
-                            calls.push((*released, call));
-                            *released += 1;
+                            calls.push((next_call, call));
+                            next_call += 1;
                         }
                     }
                 }
