@@ -58,12 +58,19 @@ pub struct GroupTask<'a> {
     pub window: Option<usize>,
 }
 
-/// Per-thread buffers: every (row, head)'s scores over one partition, and its partials.
+/// Per-thread buffers: every (row, head)'s scores over one partition, its partials, and one
+/// block's keys or values widened to f32.
 #[derive(Default)]
 pub struct Scratch {
     scores: Vec<f32>,
     partials: Vec<f32>,
+    wide: Vec<f32>,
 }
+
+/// Readers (rows × query heads) of one KV block from which the block is widened to f32 once
+/// and read from there by all of them, instead of widened by each: a prompt tile's 64 rows
+/// would otherwise widen every block 64 times per head.
+const WIDEN_ONCE_READERS: usize = 4;
 
 /// Merges one (row, head)'s partials (`parts` entries of [`partial_len`] floats, in partition
 /// order) into its attention output `out`: each partition's sums are rescaled to the row's
@@ -246,20 +253,65 @@ unsafe fn attend<L: Lanes, Q, O>(
             if let Some((keys, _)) = next(b) {
                 prefetch(keys);
             }
+            assert_eq!(
+                keys.len(),
+                d * bs,
+                "a block holds head_dim × block_size keys"
+            );
             let at = (b - p * PART_BLOCKS) * bs;
-            for row in first_row(b)..end_row(b) {
-                for head in 0..g {
-                    let qv = query(row, head);
-                    let n = visible(b, row);
-                    let scores = &mut s.scores[(row * g + head) * part_len + at..][..n];
-                    for (k0, chunk) in scores.chunks_mut(LANES).enumerate() {
-                        // SAFETY: our caller vouches for `L`'s features.
-                        let sixteen = unsafe { scores16::<L>(qv, keys, bs, k0 * LANES) };
-                        for (sc, x) in chunk.iter_mut().zip(sixteen) {
-                            *sc = x * scale;
+            let rows = first_row(b)..end_row(b);
+            let wide = rows.len() * g >= WIDEN_ONCE_READERS;
+            if wide {
+                // SAFETY: our caller vouches for `L`'s features.
+                unsafe { widen_into::<L>(keys, &mut s.wide) };
+            }
+            // Every (row, head) reading the block, taken a few at a time: each widened key
+            // vector serves the whole group.
+            let first_reader = rows.start * g;
+            let readers = rows.len() * g;
+            let mut i = 0;
+            while i < readers {
+                let n_queries = (readers - i).min(L::ACCUMULATORS / 2).clamp(1, 6);
+                macro_rules! score_group {
+                    ($($qn:literal),*) => {
+                        match n_queries {
+                            $($qn => {
+                                let who: [(usize, usize); $qn] = std::array::from_fn(|k| {
+                                    ((first_reader + i + k) / g, (first_reader + i + k) % g)
+                                });
+                                let q = who.map(|(row, head)| query(row, head));
+                                for first in (0..bs).step_by(LANES) {
+                                    // SAFETY: `first + 16 <= bs` (a block is whole 16-key
+                                    // chunks) and `dim < d`, so `dim * bs + first + 16 <= d *
+                                    // bs`, the length of `keys` (asserted) and of `s.wide`
+                                    // when widened; our caller vouches for `L`'s features.
+                                    let sixteen = unsafe {
+                                        if wide {
+                                            scores16(q, |dim| {
+                                                read16(s.wide.as_ptr().add(dim * bs + first))
+                                            })
+                                        } else {
+                                            scores16(q, |dim| {
+                                                L::widen16(&*(keys.as_ptr().add(dim * bs + first)
+                                                    as *const [u16; LANES]))
+                                            })
+                                        }
+                                    };
+                                    for (&(row, head), sixteen) in who.iter().zip(sixteen) {
+                                        let n = visible(b, row).saturating_sub(first).min(LANES);
+                                        let at = (row * g + head) * part_len + at + first;
+                                        for (sc, x) in s.scores[at..at + n].iter_mut().zip(sixteen) {
+                                            *sc = x * scale;
+                                        }
+                                    }
+                                }
+                            })*
+                            _ => unreachable!("groups of 1 to 6 queries"),
                         }
-                    }
+                    };
                 }
+                score_group!(1, 2, 3, 4, 5, 6);
+                i += n_queries;
             }
         }
         for row in 0..task.rows {
@@ -287,18 +339,47 @@ unsafe fn attend<L: Lanes, Q, O>(
             if let Some((_, values)) = next(b) {
                 prefetch(values);
             }
+            assert_eq!(
+                values.len(),
+                bs * d,
+                "a block holds block_size × head_dim values"
+            );
             let at = (b - p * PART_BLOCKS) * bs;
-            for row in first_row(b)..end_row(b) {
+            let rows = first_row(b)..end_row(b);
+            let wide = rows.len() * g >= WIDEN_ONCE_READERS;
+            if wide {
+                // SAFETY: our caller vouches for `L`'s features.
+                unsafe { widen_into::<L>(values, &mut s.wide) };
+            }
+            for row in rows {
                 // Keys of the block before the row's window.
                 let skip = row_lo(row).saturating_sub(b * bs);
-                for head in 0..g {
-                    let weights =
-                        &s.scores[(row * g + head) * part_len + at..][skip..visible(b, row)];
-                    let partial = &mut s.partials[((row * g + head) * np + pi) * plen..][..plen];
-                    // SAFETY: our caller vouches for `L`'s features.
-                    unsafe {
-                        weighted_sum_into::<L>(&mut partial[2..], weights, &values[skip * d..])
-                    };
+                let n = visible(b, row) - skip;
+                let sums = WeightedSums {
+                    out: &mut s.partials[(row * g * np + pi) * plen + 2..],
+                    out_stride: np * plen,
+                    weights: &s.scores[row * g * part_len + at + skip..],
+                    weights_stride: part_len,
+                    heads: g,
+                    n,
+                    d,
+                };
+                // SAFETY: `value16` is called with `j < n` and `c < d / 16`, so it reads
+                // inside row `skip + j < bs` of the block: `values` (asserted) or `s.wide`
+                // when widened, `bs * d` long; our caller vouches for `L`'s features.
+                unsafe {
+                    if wide {
+                        sums.run::<L>(|j, c| {
+                            read16(s.wide.as_ptr().add((skip + j) * d + c * LANES))
+                        })
+                    } else {
+                        sums.run::<L>(|j, c| {
+                            L::widen16(
+                                &*(values.as_ptr().add((skip + j) * d + c * LANES)
+                                    as *const [u16; LANES]),
+                            )
+                        })
+                    }
                 }
             }
         }
@@ -347,35 +428,69 @@ fn prefetch(data: &[u16]) {
 /// Keys scored together: one 512-bit vector of f32.
 const LANES: usize = 16;
 
-/// `q · k` for the 16 keys `first..first + 16` of a block whose keys are stored transposed
-/// (`keys[dim * block_size + slot]`). Each score is the sum, in lane order, of 16 partial sums
-/// that each accumulate every 16th dimension; a block needs `head_dim` to be a multiple of 16.
+/// `q · k` for each query vector `q` of a group and 16 keys of a block whose keys are stored
+/// transposed (a vector of 16 keys per dimension): `key16(dim)` gives the 16 keys' values in
+/// dimension `dim`, widened once for the whole group. Each score is the sum, in lane order, of
+/// 16 partial sums that each accumulate every 16th dimension (a block needs `head_dim` to be a
+/// multiple of 16); a partial sum is finished before the next one starts, so a group needs two
+/// registers per query rather than sixteen.
+///
+/// # Safety
+///
+/// `key16` must be safe to call with every `dim` below the queries' length.
+#[inline(always)]
+unsafe fn scores16<const QN: usize>(
+    q: [&[f32]; QN],
+    key16: impl Fn(usize) -> [f32; LANES],
+) -> [[f32; LANES]; QN] {
+    let d = q[0].len();
+    assert!(d.is_multiple_of(LANES) && q.iter().all(|q| q.len() == d));
+    let mut out = [[0f32; LANES]; QN];
+    for lane in 0..LANES {
+        let mut partial = [[0f32; LANES]; QN];
+        for c in 0..d / LANES {
+            let k = key16(c * LANES + lane);
+            for (acc, qv) in partial.iter_mut().zip(&q) {
+                // SAFETY: `c * 16 + lane < d`, the query's length (asserted).
+                let x = unsafe { *qv.get_unchecked(c * LANES + lane) };
+                for (a, k) in acc.iter_mut().zip(&k) {
+                    *a = x.mul_add(*k, *a);
+                }
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(&partial) {
+            for (o, a) in o.iter_mut().zip(acc) {
+                *o += a;
+            }
+        }
+    }
+    out
+}
+
+/// The 16 floats at `p`.
+///
+/// # Safety
+///
+/// `p` must be valid for reads of 16 floats.
+#[inline(always)]
+unsafe fn read16(p: *const f32) -> [f32; LANES] {
+    // SAFETY: our caller's promise.
+    unsafe { std::ptr::read_unaligned(p as *const [f32; LANES]) }
+}
+
+/// `dst` = `src` widened to f32.
 ///
 /// # Safety
 ///
 /// The CPU must have `L`'s features.
 #[inline(always)]
-unsafe fn scores16<L: Lanes>(q: &[f32], keys: &[u16], bs: usize, first: usize) -> [f32; LANES] {
-    let mut partial = [[0f32; LANES]; LANES];
-    for (c, qc) in q.chunks_exact(LANES).enumerate() {
-        for (lane, (&qv, acc)) in qc.iter().zip(partial.iter_mut()).enumerate() {
-            let keys16 = keys[(c * LANES + lane) * bs + first..][..LANES]
-                .try_into()
-                .expect("16 keys");
-            // SAFETY: our caller vouches for `L`'s features.
-            let krow = unsafe { L::widen16(keys16) };
-            for (a, k) in acc.iter_mut().zip(krow) {
-                *a = qv.mul_add(k, *a);
-            }
-        }
+unsafe fn widen_into<L: Lanes>(src: &[u16], dst: &mut Vec<f32>) {
+    dst.resize(src.len(), 0.0);
+    for (d16, s16) in dst.chunks_exact_mut(LANES).zip(src.chunks_exact(LANES)) {
+        // SAFETY: our caller vouches for `L`'s features.
+        let wide = unsafe { L::widen16(s16.try_into().expect("16 halves")) };
+        d16.copy_from_slice(&wide);
     }
-    let mut out = [0f32; LANES];
-    for acc in &partial {
-        for (o, a) in out.iter_mut().zip(acc) {
-            *o += a;
-        }
-    }
-    out
 }
 
 /// Replaces each `x` with `e^(x - max)` and returns their sum. Written so the compiler
@@ -422,29 +537,111 @@ fn exp_approx(x: f32) -> f32 {
     e * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
-/// `out += Σ_j weights[j] · values[j]` (rows of `out.len()` floats, a multiple of 16), in order
-/// of `j` for every element. Each 16 lanes of the sum stay in one register across the block's
-/// keys instead of going through memory once per key.
-///
-/// # Safety
-///
-/// The CPU must have `L`'s features.
-#[inline(always)]
-unsafe fn weighted_sum_into<L: Lanes>(out: &mut [f32], weights: &[f32], values: &[u16]) {
-    let d = out.len();
-    for (c, lanes) in out.chunks_exact_mut(LANES).enumerate() {
-        let mut acc: [f32; LANES] = lanes.try_into().expect("16 lanes");
-        for (j, &wt) in weights.iter().enumerate() {
-            let values16 = values[j * d + c * LANES..][..LANES]
-                .try_into()
-                .expect("16 lanes");
-            // SAFETY: our caller vouches for `L`'s features.
-            let v = unsafe { L::widen16(values16) };
-            for (a, x) in acc.iter_mut().zip(v) {
-                *a = wt.mul_add(x, *a);
+/// The value pass of one row of a block for every query head of the group: for head `h`,
+/// `out[h·out_stride..][..d] += Σ_j weights[h·weights_stride + j] · value_j` over `j < n`, in
+/// order of `j` for every element (the order a lone head and row would use). Several heads and
+/// 16-float pieces of the row are summed at once, so each value is widened once for all the
+/// heads and the multiply-adds of different accumulators overlap instead of each waiting on
+/// the one before.
+struct WeightedSums<'a> {
+    out: &'a mut [f32],
+    out_stride: usize,
+    weights: &'a [f32],
+    weights_stride: usize,
+    heads: usize,
+    n: usize,
+    d: usize,
+}
+
+impl WeightedSums<'_> {
+    /// `value16(j, c)` gives floats `16c..16c + 16` of value row `j`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have `L`'s features, and `value16` must be safe to call with every
+    /// `j < n` and `c < d / 16`.
+    #[inline(always)]
+    unsafe fn run<L: Lanes>(mut self, value16: impl Fn(usize, usize) -> [f32; LANES]) {
+        let last_head = self.heads - 1;
+        assert!(self.out.len() >= last_head * self.out_stride + self.d);
+        assert!(self.weights.len() >= last_head * self.weights_stride + self.n);
+        let chunks = self.d / LANES;
+        let mut c = 0;
+        while c < chunks {
+            let width = match chunks - c {
+                1 => 1,
+                2 | 3 => 2,
+                _ => 4,
+            };
+            let per = (L::ACCUMULATORS / width).clamp(1, 3);
+            let mut h = 0;
+            while h < self.heads {
+                let heads = per.min(self.heads - h);
+                macro_rules! tile {
+                    ($(($w:literal, $h:literal)),*) => {
+                        match (width, heads) {
+                            // SAFETY: heads `h..h + heads` and pieces `c..c + width` lie
+                            // inside `out` and `weights` (asserted above); `value16` and
+                            // `L` are our caller's promise.
+                            $(($w, $h) => unsafe { self.tile::<$w, $h>(h, c, &value16) },)*
+                            _ => unreachable!("tiles of 1, 2 or 4 pieces and 1 to 3 heads"),
+                        }
+                    };
+                }
+                tile!(
+                    (1, 1),
+                    (1, 2),
+                    (1, 3),
+                    (2, 1),
+                    (2, 2),
+                    (2, 3),
+                    (4, 1),
+                    (4, 2),
+                    (4, 3)
+                );
+                h += heads;
+            }
+            c += width;
+        }
+    }
+
+    /// Heads `h0..h0 + H`, pieces `c0..c0 + W`, with their `H × W` accumulators in registers.
+    ///
+    /// # Safety
+    ///
+    /// Those heads and pieces must lie inside `out` and `weights`, and `value16` must be safe
+    /// to call with every `j < n` and every piece.
+    #[inline(always)]
+    unsafe fn tile<const W: usize, const H: usize>(
+        &mut self,
+        h0: usize,
+        c0: usize,
+        value16: &impl Fn(usize, usize) -> [f32; LANES],
+    ) {
+        let (out_stride, base) = (self.out_stride, self.out.as_mut_ptr());
+        let out = |h: usize, i: usize| base.wrapping_add((h0 + h) * out_stride + (c0 + i) * LANES);
+        let weights = self.weights.as_ptr().wrapping_add(h0 * self.weights_stride);
+        // SAFETY: inside `out` (our caller's promise).
+        let mut acc: [[[f32; LANES]; W]; H] =
+            std::array::from_fn(|h| std::array::from_fn(|i| unsafe { read16(out(h, i)) }));
+        for j in 0..self.n {
+            let v: [[f32; LANES]; W] = std::array::from_fn(|i| value16(j, c0 + i));
+            for (h, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `j < n`, inside head `h0 + h`'s weights (our caller's promise).
+                let wt = unsafe { *weights.add(h * self.weights_stride + j) };
+                for (a, v) in acc.iter_mut().zip(&v) {
+                    for (a, x) in a.iter_mut().zip(v) {
+                        *a = wt.mul_add(*x, *a);
+                    }
+                }
             }
         }
-        lanes.copy_from_slice(&acc);
+        for (h, acc) in acc.iter().enumerate() {
+            for (i, a) in acc.iter().enumerate() {
+                // SAFETY: inside `out`, which `self` borrows mutably (our caller's promise).
+                unsafe { std::ptr::write_unaligned(out(h, i) as *mut [f32; LANES], *a) };
+            }
+        }
     }
 }
 

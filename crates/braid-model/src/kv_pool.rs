@@ -8,9 +8,13 @@
 //! memory would grow under load (until every block had been used once) instead of at start,
 //! and a machine without that memory would fail mid-step instead of at start.
 //!
-//! Layout `[layer][block][kv_head]`, then keys transposed (`[head_dim][slot]`) and values as
+//! Layout `[layer][kv_head][block]`, then keys transposed (`[head_dim][slot]`) and values as
 //! rows (`[slot][head_dim]`): attention scores 16 keys at a time with one vector per
-//! dimension, and sums values one row at a time, without horizontal reductions.
+//! dimension, and sums values one row at a time, without horizontal reductions. A unit of
+//! attention reads one head's blocks of one sequence in order, and a prompt's blocks are
+//! allocated together with ascending ids, so that read is mostly one ascending stream the
+//! hardware prefetchers follow (with the head inside the block, a head's consecutive blocks
+//! were a few KB apart, each in a page of its own).
 //!
 //! Keys and values are stored as IEEE half floats (as llama.cpp and vLLM do by default): at long
 //! contexts attention is bound by reading them, and half the bytes also means twice the
@@ -90,7 +94,7 @@ impl KvPool {
     }
 
     fn offset(&self, layer: usize, block: usize, head: usize) -> usize {
-        ((layer * self.num_blocks + block) * self.kv_heads + head) * self.block_size * self.head_dim
+        ((layer * self.kv_heads + head) * self.num_blocks + block) * self.block_size * self.head_dim
     }
 
     /// Stores one token's keys and values (all KV heads, `kv_heads * head_dim` each) at `pos`.
@@ -114,12 +118,14 @@ impl KvPool {
 
     /// Copies block `src`'s keys and values, every layer and head, into block `dst`.
     pub fn copy_block(&mut self, src: u32, dst: u32) {
-        let len = self.kv_heads * self.block_size * self.head_dim;
+        let len = self.block_size * self.head_dim;
         for layer in 0..self.num_layers {
-            let from = self.offset(layer, src as usize, 0);
-            let to = self.offset(layer, dst as usize, 0);
-            self.k.copy_within(from..from + len, to);
-            self.v.copy_within(from..from + len, to);
+            for head in 0..self.kv_heads {
+                let from = self.offset(layer, src as usize, head);
+                let to = self.offset(layer, dst as usize, head);
+                self.k.copy_within(from..from + len, to);
+                self.v.copy_within(from..from + len, to);
+            }
         }
     }
 

@@ -11,6 +11,11 @@ use crate::kv_pool::f16_to_f32;
 
 /// One instruction set's way of widening 16 half floats.
 pub(crate) trait Lanes {
+    /// How many 16-float accumulators a loop can keep in this set's registers beside its
+    /// operands: the attention's weighted sum of values keeps several heads and dimensions
+    /// in flight so that its multiply-adds do not wait on one another.
+    const ACCUMULATORS: usize;
+
     /// The f32 values of 16 half floats, exactly.
     ///
     /// # Safety
@@ -25,6 +30,8 @@ pub(crate) trait Lanes {
 pub(crate) struct PortableLanes;
 
 impl Lanes for PortableLanes {
+    const ACCUMULATORS: usize = 4;
+
     #[inline(always)]
     unsafe fn widen16(bits: &[u16; 16]) -> [f32; 16] {
         bits.map(f16_to_f32)
@@ -37,16 +44,24 @@ pub(crate) struct Avx512Lanes;
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for Avx512Lanes {
+    /// 32 registers: 12 accumulators, 4 widened value rows and a weight.
+    const ACCUMULATORS: usize = 12;
+
     #[inline(always)]
     unsafe fn widen16(bits: &[u16; 16]) -> [f32; 16] {
-        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps};
+        use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
+        let mut out = [0f32; 16];
         // SAFETY: the caller vouches for AVX-512F; the load reads exactly the 32 bytes of
-        // `bits`, and a 512-bit vector of f32 has the layout of [f32; 16].
+        // `bits` and the store writes exactly the 64 of `out`, both unaligned. A store rather
+        // than a transmute of the vector: where this is not inlined, a transmuted return
+        // handed the caller's 4-aligned array to an aligned vector store.
         unsafe {
-            std::mem::transmute(_mm512_cvtph_ps(_mm256_loadu_si256(
-                bits.as_ptr() as *const __m256i
-            )))
-        }
+            _mm512_storeu_ps(
+                out.as_mut_ptr(),
+                _mm512_cvtph_ps(_mm256_loadu_si256(bits.as_ptr() as *const __m256i)),
+            )
+        };
+        out
     }
 }
 
@@ -56,18 +71,24 @@ pub(crate) struct F16cLanes;
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for F16cLanes {
+    /// 16 registers of 8 floats: 4 accumulators take 8 of them.
+    const ACCUMULATORS: usize = 4;
+
     #[inline(always)]
     unsafe fn widen16(bits: &[u16; 16]) -> [f32; 16] {
-        use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm_loadu_si128};
-        // SAFETY: the caller vouches for F16C (and AVX); the two loads read the 32 bytes of
-        // `bits`, and two 256-bit vectors of f32 have the layout of [f32; 16].
+        use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+        let mut out = [0f32; 16];
+        // SAFETY: the caller vouches for F16C (and AVX); the loads read the 32 bytes of
+        // `bits` and the stores write the 64 of `out`, all unaligned.
         unsafe {
             let p = bits.as_ptr() as *const __m128i;
-            std::mem::transmute([
-                _mm256_cvtph_ps(_mm_loadu_si128(p)),
+            _mm256_storeu_ps(out.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(p)));
+            _mm256_storeu_ps(
+                out.as_mut_ptr().add(8),
                 _mm256_cvtph_ps(_mm_loadu_si128(p.add(1))),
-            ])
+            );
         }
+        out
     }
 }
 
