@@ -67,6 +67,8 @@ pub struct Workspace {
     act: Vec<f32>,
     proj: Vec<f32>,
     quant: QuantizedRows,
+    /// Each row's position in its sequence.
+    positions: Vec<usize>,
     last: Vec<f32>,
     logits: Vec<f32>,
 }
@@ -228,6 +230,10 @@ impl Model {
         ws.act.resize(t * f, 0.0);
         ws.proj.resize(t * h, 0.0);
 
+        ws.positions.clear();
+        for e in batch {
+            ws.positions.extend(e.start..e.start + e.tokens.len());
+        }
         for (row, &tok) in batch.iter().flat_map(|e| e.tokens).enumerate() {
             let x = &mut ws.x[row * h..(row + 1) * h];
             self.weights.embedding.dequantize_row(tok as usize, x);
@@ -246,23 +252,26 @@ impl Model {
                 (Some(_), Some(local)) => local,
                 _ => &self.rope,
             };
+            for_rows(&mut ws.qkv, qkv_w, |row, r| {
+                let pos = ws.positions[row];
+                if let Some(bias) = &layer.qkv_bias {
+                    add_in_place(r, bias);
+                }
+                let (q, rest) = r.split_at_mut(q_w);
+                let (k, _) = rest.split_at_mut(kv_w);
+                if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                    rms_norm_in_place(q, qn, c.rms_eps);
+                    rms_norm_in_place(k, kn, c.rms_eps);
+                }
+                rope.apply(q, pos);
+                rope.apply(k, pos);
+            });
             let mut row = 0;
             for e in batch {
-                for (i, _) in e.tokens.iter().enumerate() {
-                    let pos = e.start + i;
-                    let r = &mut ws.qkv[(row + i) * qkv_w..(row + i + 1) * qkv_w];
-                    if let Some(bias) = &layer.qkv_bias {
-                        add_in_place(r, bias);
-                    }
-                    let (q, rest) = r.split_at_mut(q_w);
-                    let (k, v) = rest.split_at_mut(kv_w);
-                    if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                        rms_norm_in_place(q, qn, c.rms_eps);
-                        rms_norm_in_place(k, kn, c.rms_eps);
-                    }
-                    rope.apply(q, pos);
-                    rope.apply(k, pos);
-                    kv.write(li, e.block_table, pos, k, v);
+                for i in 0..e.tokens.len() {
+                    let r = &ws.qkv[(row + i) * qkv_w..(row + i + 1) * qkv_w];
+                    let (k, v) = r[q_w..].split_at(kv_w);
+                    kv.write(li, e.block_table, e.start + i, k, v);
                 }
                 row += e.tokens.len();
             }
@@ -274,6 +283,7 @@ impl Model {
             add_residual(
                 &mut ws.x,
                 &mut ws.proj,
+                h,
                 layer.post_attn_norm.as_deref(),
                 c.rms_eps,
             );
@@ -281,8 +291,9 @@ impl Model {
             rms_norm_rows(&ws.x, &layer.ffn_norm, c.rms_eps, &mut ws.h);
             ws.quant.quantize(&ws.h, t, h);
             matmul(&ws.quant, &layer.gate_up, &mut ws.gate_up);
-            for (r, act) in ws.act.chunks_exact_mut(f).enumerate() {
-                let (gate, up) = ws.gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
+            let gate_up = &ws.gate_up;
+            for_rows(&mut ws.act, f, |r, act| {
+                let (gate, up) = gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
                 match c.activation {
                     Activation::Silu => {
                         for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
@@ -295,12 +306,13 @@ impl Model {
                         }
                     }
                 }
-            }
+            });
             ws.quant.quantize(&ws.act, t, f);
             matmul(&ws.quant, &layer.down, &mut ws.proj);
             add_residual(
                 &mut ws.x,
                 &mut ws.proj,
+                h,
                 layer.post_ffn_norm.as_deref(),
                 c.rms_eps,
             );
@@ -463,16 +475,44 @@ impl Model {
     }
 }
 
+/// Rows from which the step's row-wise loops (norms, rope, activations, residuals, quantizing)
+/// are split over the compute threads. A prompt slice has hundreds of rows, and run on one
+/// core these loops were a quarter of prefill's time while the other core waited; a decode
+/// step's few rows cost less than handing them over.
+pub(crate) const PARALLEL_ROWS: usize = 16;
+
+/// `f(row, out_row)` for each `width`-wide row of `out`, over the compute threads when there
+/// are many rows. Each row is computed alike either way.
+#[inline(always)]
+fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let rows = out.len() / width;
+    if rows < PARALLEL_ROWS {
+        out.chunks_exact_mut(width)
+            .enumerate()
+            .for_each(|(r, o)| f(r, o));
+        return;
+    }
+    let per_task = rows.div_ceil(4 * rayon::current_num_threads());
+    out.par_chunks_mut(per_task * width)
+        .enumerate()
+        .for_each(|(task, chunk)| {
+            for (i, o) in chunk.chunks_exact_mut(width).enumerate() {
+                f(task * per_task + i, o);
+            }
+        });
+}
+
 #[inline(always)]
 fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let h = weight.len();
-    for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
+    for_rows(&mut out[..x.len()], h, |r, or| {
+        let xr = &x[r * h..(r + 1) * h];
         let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
         let inv = 1.0 / (ms + eps).sqrt();
         for ((o, v), w) in or.iter_mut().zip(xr).zip(weight) {
             *o = v * inv * w;
         }
-    }
+    });
 }
 
 /// Normalizes each `weight.len()`-wide piece of `x` (every head of a row) in place.
@@ -491,11 +531,14 @@ fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
 /// `x += y`, with `y` first normalized row by row when the family norms its sublayers'
 /// outputs (Gemma 3).
 #[inline(always)]
-fn add_residual(x: &mut [f32], y: &mut [f32], post_norm: Option<&[f32]>, eps: f32) {
+fn add_residual(x: &mut [f32], y: &mut [f32], width: usize, post_norm: Option<&[f32]>, eps: f32) {
     if let Some(w) = post_norm {
-        rms_norm_in_place(y, w, eps);
+        for_rows(y, width, |_, yr| rms_norm_in_place(yr, w, eps));
     }
-    add_in_place(x, y);
+    let y = &*y;
+    for_rows(x, width, |r, xr| {
+        add_in_place(xr, &y[r * width..(r + 1) * width])
+    });
 }
 
 /// GELU with the tanh approximation, written as `x · sigmoid(2u)`, which equals
