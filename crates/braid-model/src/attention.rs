@@ -651,9 +651,9 @@ mod tests {
     use crate::config::ModelConfig;
     use rand::{Rng, SeedableRng};
 
-    fn config() -> ModelConfig {
-        ModelConfig::llama(64, 64, 4, 2, 256)
-    }
+    /// Head shapes `(heads, kv_heads, head_dim)`: two heads a group with 16 floats, and the
+    /// default model's three with 64 (six readers a tile row, value tiles of four pieces).
+    const SHAPES: [(usize, usize, usize); 2] = [(4, 2, 16), (6, 2, 64)];
 
     /// Plain two-pass softmax attention, one row and head at a time.
     fn naive(keys: &[Vec<f32>], values: &[Vec<f32>], q: &[f32]) -> Vec<f32> {
@@ -689,22 +689,28 @@ mod tests {
 
     #[test]
     fn matches_two_pass_softmax_and_ignores_tiling() {
-        check_attention(None);
+        for shape in SHAPES {
+            check_attention(None, shape);
+        }
     }
 
     /// Windows inside one block, across blocks, and across key partitions.
     #[test]
     fn sliding_windows_see_only_their_keys_and_ignore_tiling() {
         for window in [5, 40, 300] {
-            check_attention(Some(window));
+            for shape in SHAPES {
+                check_attention(Some(window), shape);
+            }
         }
     }
 
-    fn check_attention(window: Option<usize>) {
-        let cfg = config();
+    /// `heads` query heads over `kv_heads` KV heads of `d` floats each.
+    fn check_attention(window: Option<usize>, (heads, kv_heads, d): (usize, usize, usize)) {
+        let cfg = ModelConfig::llama(heads * d, 64, heads, kv_heads, 256);
+        let g = heads / kv_heads;
         // A shorter context under Miri, which runs the full one too slowly: still three
         // blocks, but one key partition. Otherwise three partitions, the last one partial.
-        let (bs, d) = (16, 16);
+        let bs = 16;
         let ctx: usize = if cfg!(miri) { 34 } else { 600 };
         let n_blocks = ctx.div_ceil(bs);
         let mut pool = KvPool::new(&cfg, bs, n_blocks + 2);
@@ -718,21 +724,21 @@ mod tests {
                 .map(|_| rng.random_range(-1.0f32..1.0))
                 .collect::<Vec<f32>>()
         };
-        let (mut keys, mut values) = (vec![Vec::new(), Vec::new()], vec![Vec::new(), Vec::new()]);
+        let (mut keys, mut values) = (vec![Vec::new(); kv_heads], vec![Vec::new(); kv_heads]);
         for pos in 0..ctx {
-            let (k, v) = (rand_vec(2 * d), rand_vec(2 * d));
+            let (k, v) = (rand_vec(kv_heads * d), rand_vec(kv_heads * d));
             pool.write(0, &table, pos, &k, &v);
             // The pool keeps half floats: the reference reads the same rounded values.
             let cached = |x: &[f32]| -> Vec<f32> {
                 x.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
             };
-            for h in 0..2 {
+            for h in 0..kv_heads {
                 keys[h].push(cached(&k[h * d..(h + 1) * d]));
                 values[h].push(cached(&v[h * d..(h + 1) * d]));
             }
         }
-        let queries = rand_vec(ctx * 4 * d);
-        let q = |row: usize, head: usize| queries[(row * 4 + head) * d..].as_ptr();
+        let queries = rand_vec(ctx * heads * d);
+        let q = |row: usize, head: usize| queries[(row * heads + head) * d..].as_ptr();
         // Rows `start..start + rows` of KV head `kv_head`, partitions `parts`, into `out`.
         let attend = |kernel: Kernel,
                       (start, rows): (usize, usize),
@@ -745,13 +751,13 @@ mod tests {
                 start,
                 rows,
                 kv_head,
-                first_head: kv_head * 2,
-                group: 2,
+                first_head: kv_head * g,
+                group: g,
                 parts,
                 split,
                 window,
             };
-            // SAFETY: `queries` holds `ctx` rows of 4 heads; the callers' `out` gives each
+            // SAFETY: `queries` holds `ctx` rows of `heads` heads; the callers' `out` gives each
             // (row, head) its own region of a buffer that outlives the call.
             unsafe {
                 attend_group(
@@ -766,12 +772,12 @@ mod tests {
             };
         };
         let run = |kernel: Kernel, start: usize, rows: usize| {
-            let mut out = vec![0f32; rows * 4 * d];
+            let mut out = vec![0f32; rows * heads * d];
             let ptr = out.as_mut_ptr();
-            for kv_head in 0..2 {
+            for kv_head in 0..kv_heads {
                 let whole = (0..usize::MAX, false);
                 attend(kernel, (start, rows), kv_head, whole, &|r, h| {
-                    ptr.wrapping_add((r * 4 + h) * d)
+                    ptr.wrapping_add((r * heads + h) * d)
                 });
             }
             out
@@ -782,20 +788,20 @@ mod tests {
             let n_parts = parts_for(start + rows - 1, bs);
             let plen = partial_len(d);
             // Each (row, head) has `n_parts` partials; the tasks write disjoint partitions.
-            let mut partials = vec![f32::NAN; rows * 4 * n_parts * plen];
+            let mut partials = vec![f32::NAN; rows * heads * n_parts * plen];
             let ptr = partials.as_mut_ptr();
-            for kv_head in 0..2 {
+            for kv_head in 0..kv_heads {
                 for p in (0..n_parts).step_by(per) {
                     attend(
                         kernel,
                         (start, rows),
                         kv_head,
                         (p..p + per, true),
-                        &|r, h| ptr.wrapping_add((r * 4 + h) * n_parts * plen),
+                        &|r, h| ptr.wrapping_add((r * heads + h) * n_parts * plen),
                     );
                 }
             }
-            let mut out = vec![0f32; rows * 4 * d];
+            let mut out = vec![0f32; rows * heads * d];
             for (o, p) in out.chunks_mut(d).zip(partials.chunks(n_parts * plen)) {
                 combine(p, o);
             }
@@ -806,15 +812,15 @@ mod tests {
             .into_iter()
             .filter(|&p| p < ctx)
         {
-            for head in 0..4 {
-                let kv = head / 2;
+            for head in 0..heads {
+                let kv = head / g;
                 let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
                 let want = naive(
                     &keys[kv][lo..=pos],
                     &values[kv][lo..=pos],
-                    &queries[(pos * 4 + head) * d..][..d],
+                    &queries[(pos * heads + head) * d..][..d],
                 );
-                let got = &whole[(pos * 4 + head) * d..][..d];
+                let got = &whole[(pos * heads + head) * d..][..d];
                 for (a, b) in got.iter().zip(&want) {
                     assert!(
                         (a - b).abs() < 1e-5,
@@ -836,7 +842,7 @@ mod tests {
         for (start, rows) in tiles.into_iter().filter(|&(s, r)| s + r <= ctx) {
             assert_eq!(
                 run(Kernel::Portable, start, rows),
-                whole[start * 4 * d..(start + rows) * 4 * d],
+                whole[start * heads * d..(start + rows) * heads * d],
                 "rows {start}..{}",
                 start + rows
             );
@@ -851,7 +857,7 @@ mod tests {
             );
             assert_eq!(
                 bits(run(kernel, 20, 13)),
-                bits(whole[20 * 4 * d..33 * 4 * d].to_vec()),
+                bits(whole[20 * heads * d..33 * heads * d].to_vec()),
                 "{kernel} differs from portable on rows 20..33"
             );
             // Keys split over tasks: the same bits, however many partitions a task takes.
@@ -859,7 +865,7 @@ mod tests {
                 for per in [1, 2] {
                     assert_eq!(
                         bits(run_split(kernel, start, rows, per)),
-                        bits(whole[start * 4 * d..(start + rows) * 4 * d].to_vec()),
+                        bits(whole[start * heads * d..(start + rows) * heads * d].to_vec()),
                         "{kernel}, rows {start}..{}, {per} partitions per task",
                         start + rows
                     );
