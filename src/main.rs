@@ -68,6 +68,10 @@ enum Command {
         /// Context each decoding sequence already holds.
         #[arg(long, default_value_t = 128)]
         context: usize,
+        /// Decode steps timed for each batch size; more steps give steadier figures on a busy
+        /// machine, and a window long enough to profile.
+        #[arg(long, default_value_t = 32)]
+        decode_steps: usize,
         /// Also time candle's matmul paths (Q4_1 as shipped, Q8_0, f32) against braid's int8
         /// kernel on the model's linear layers, at 1 to 256 rows.
         #[arg(long)]
@@ -281,6 +285,7 @@ fn run() -> anyhow::Result<()> {
             prompt_tokens,
             batch,
             context,
+            decode_steps,
             compare_kernels,
             kernel: _,
             json,
@@ -290,6 +295,7 @@ fn run() -> anyhow::Result<()> {
                 prompt_tokens,
                 batch_sizes: batch,
                 context,
+                decode_steps,
                 ..Default::default()
             };
             let report = braid_model::engine_bench::run(&m, &opts)?;

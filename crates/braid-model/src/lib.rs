@@ -22,6 +22,7 @@ pub mod model;
 pub mod rope;
 pub mod sampling;
 mod send_ptr;
+mod step_threads;
 #[cfg(any(test, feature = "test-util"))]
 pub mod tiny_gguf;
 pub mod tokenizer;

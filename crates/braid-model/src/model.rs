@@ -154,8 +154,7 @@ impl Model {
         // A step runs ~150 parallel loops. Started from a thread outside the compute pool, each
         // would hand its work over and sleep until it is done (two thread wake-ups per loop,
         // ~1 ms per decode step); started from inside, the pool's threads only share work.
-        // `join` from outside the pool runs its first closure on a compute thread.
-        rayon::join(|| self.forward_in_pool(batch, kv, ws), || ()).0
+        crate::step_threads::run(|| self.forward_in_pool(batch, kv, ws))
     }
 
     /// The step's sequential loops (norms, rope, activations, quantizing them, cache writes)
@@ -481,6 +480,12 @@ impl Model {
 /// step's few rows cost less than handing them over.
 pub(crate) const PARALLEL_ROWS: usize = 16;
 
+/// Rows per task when `rows` rows are split: four tasks a thread, so a core slowed by a
+/// neighbour hands some of its share to the other.
+pub(crate) fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(4 * rayon::current_num_threads())
+}
+
 /// `f(row, out_row)` for each `width`-wide row of `out`, over the compute threads when there
 /// are many rows. Each row is computed alike either way.
 #[inline(always)]
@@ -492,7 +497,7 @@ fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync)
             .for_each(|(r, o)| f(r, o));
         return;
     }
-    let per_task = rows.div_ceil(4 * rayon::current_num_threads());
+    let per_task = rows_per_task(rows);
     out.par_chunks_mut(per_task * width)
         .enumerate()
         .for_each(|(task, chunk)| {

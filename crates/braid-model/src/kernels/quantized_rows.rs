@@ -43,7 +43,7 @@ impl QuantizedRows {
             );
             return;
         }
-        let rows = m.div_ceil(4 * rayon::current_num_threads());
+        let rows = crate::model::rows_per_task(m);
         let blocks = rows * k_blocks;
         self.qs
             .par_chunks_mut(rows * k)
