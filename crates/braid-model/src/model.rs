@@ -341,6 +341,10 @@ impl Model {
         Ok(&ws.logits[..s * c.vocab_size])
     }
 
+    /// Inlined into the step, like its row loops, so that the merging of split partitions
+    /// ([`combine`]) compiles to the step's instruction set: on the baseline its fused
+    /// multiply-adds were calls into libm's `fmaf`.
+    #[inline(always)]
     fn attention(
         &self,
         batch: &[BatchEntry],
