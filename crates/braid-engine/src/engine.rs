@@ -319,6 +319,7 @@ impl Engine {
             decode_tokens: plan.num_decodes(),
             duration,
             predicted: plan.predicted_secs.map(Duration::from_secs_f64),
+            planned_to: plan.planned_to_secs.map(Duration::from_secs_f64),
             finished: finished
                 .iter()
                 .map(|&(id, reason, _)| (id, reason))

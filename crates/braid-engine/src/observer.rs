@@ -34,6 +34,9 @@ pub struct StepStats {
     pub duration: Duration,
     /// The cost model's prediction for it.
     pub predicted: Option<Duration>,
+    /// What its prompt slices were sized to: the latency target times the share of it the
+    /// cost model's error leaves (`None` without a target or decodes).
+    pub planned_to: Option<Duration>,
     /// Requests whose last token this step sampled, and why they ended.
     pub finished: Vec<(SeqId, FinishReason)>,
     /// Requests preempted while planning it.

@@ -294,6 +294,7 @@ impl Scheduler {
 
         if !plan.is_empty() {
             plan.predicted_secs = Some(self.cost.predict(budget.features));
+            plan.planned_to_secs = budget.target_secs;
         }
         plan
     }

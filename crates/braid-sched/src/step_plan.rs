@@ -49,6 +49,10 @@ pub struct StepPlan {
     pub preempted: Vec<SeqId>,
     /// The cost model's prediction for this step, in seconds (`None` for an empty step).
     pub predicted_secs: Option<f64>,
+    /// What the step's prompt slices were sized to, in seconds: the latency target times the
+    /// share of it the cost model's error leaves ([`crate::step_headroom::StepHeadroom`]).
+    /// `None` without a target, or when nobody decodes and the target does not apply.
+    pub planned_to_secs: Option<f64>,
     /// Prefix-cache lookups made while planning this step (one per admission), in tokens.
     pub prefix_cache: PrefixCacheStats,
     /// KV blocks to copy, (source, destination), before the step runs: the prompt's last,

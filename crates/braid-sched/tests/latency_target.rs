@@ -31,6 +31,7 @@ fn latency_target_limits_prefill_when_someone_decodes() {
         64,
         "nobody decodes: the full token cap"
     );
+    assert_eq!(p.planned_to_secs, None, "and the target does not apply");
     let mut s = Scheduler::with_cost_model(target_cfg(50), cost.clone());
     s.add(1, prompt(1, 2), 50, 0.0).unwrap();
     s.add(2, prompt(2, 2), 50, 0.0).unwrap();
@@ -38,6 +39,8 @@ fn latency_target_limits_prefill_when_someone_decodes() {
     s.add(3, prompt(3, 200), 3, 0.0).unwrap();
     let (p, _) = step(&mut s, 0.1);
     assert_eq!((p.num_decodes(), p.num_prefill_tokens()), (2, 32));
+    let share = StepHeadroom::TOLERATED / StepHeadroom::PRIOR_P99;
+    assert_eq!(p.planned_to_secs, Some(0.050 * share));
     let predicted = p.predicted_secs.unwrap();
     assert!(predicted <= 0.044 + 1e-12, "predicted {predicted}");
     // A looser target gives more, never past the cap.
@@ -225,6 +228,7 @@ fn steps_are_planned_to_the_share_of_the_target_the_cost_model_s_error_leaves() 
     s.add(3, prompt(3, 200), 3, 0.0).unwrap();
     let (p, _) = step(&mut s, 0.1);
     let predicted = p.predicted_secs.unwrap();
+    assert_eq!(p.planned_to_secs, Some(0.050 * share));
     assert!(p.num_prefill_tokens() > 0);
     assert!(predicted <= 0.050 * share + 1e-12, "predicted {predicted}");
     assert!(

@@ -23,6 +23,9 @@ pub struct StepRecord {
     /// `(duration - predicted) / predicted` (0.2 is 20% slower than predicted).
     pub prediction_error: Option<f64>,
     pub target_ms: Option<f64>,
+    /// What the step's prompt slices were sized to: `target_ms` times the share of it the
+    /// cost model's measured error leaves (absent without a target or when nobody decodes).
+    pub planned_ms: Option<f64>,
     pub running: usize,
     pub waiting: usize,
     pub kv_usage: f64,
@@ -91,6 +94,7 @@ impl EngineObserver for MetricsObserver {
                     .filter(|p| !p.is_zero())
                     .map(|p| s.duration.as_secs_f64() / p.as_secs_f64() - 1.0),
                 target_ms: self.target_ms.get().copied().flatten(),
+                planned_ms: s.planned_to.map(ms),
                 running: s.running,
                 waiting: s.waiting,
                 kv_usage: s.kv_usage,
@@ -149,6 +153,7 @@ mod tests {
             decode_tokens: 2,
             duration: Duration::from_millis(40),
             predicted: Some(Duration::from_millis(50)),
+            planned_to: Some(Duration::from_millis(88)),
             finished: vec![(1, FinishReason::Length)],
             preempted: vec![4, 5],
             prefix_cache: PrefixCacheStats {
@@ -223,8 +228,8 @@ mod tests {
         );
         assert_eq!((record.t, record.duration_ms), (3.0, 40.0));
         assert_eq!(
-            (record.predicted_ms, record.target_ms),
-            (Some(50.0), Some(100.0))
+            (record.predicted_ms, record.target_ms, record.planned_ms),
+            (Some(50.0), Some(100.0), Some(88.0))
         );
         // 40 ms against a prediction of 50: 20% faster than predicted.
         assert!((record.prediction_error.unwrap() + 0.2).abs() < 1e-12);
