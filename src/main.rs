@@ -2,6 +2,7 @@
 
 mod info;
 
+use braid_model::engine_bench::EngineBenchOptions;
 use braid_model::generate::{generate, GenerateOptions};
 use braid_model::{ChatMessage, IncrementalDecoder, LoadedModel, SamplingParams};
 use clap::{Args, Parser, Subcommand};
@@ -60,17 +61,17 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
         /// Prompt length for the prefill measurement.
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = EngineBenchOptions::default().prompt_tokens)]
         prompt_tokens: usize,
         /// Sequences decoding together.
-        #[arg(long, value_delimiter = ',', default_values_t = vec![1, 4, 16, 32])]
+        #[arg(long, value_delimiter = ',', default_values_t = EngineBenchOptions::default().batch_sizes)]
         batch: Vec<usize>,
         /// Context each decoding sequence already holds.
-        #[arg(long, default_value_t = 128)]
+        #[arg(long, default_value_t = EngineBenchOptions::default().context)]
         context: usize,
         /// Decode steps timed for each batch size; more steps give steadier figures on a busy
         /// machine, and a window long enough to profile.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = EngineBenchOptions::default().decode_steps)]
         decode_steps: usize,
         /// Also time candle's matmul paths (Q4_1 as shipped, Q8_0, f32) against braid's int8
         /// kernel on the model's linear layers, at 1 to 256 rows.
@@ -291,7 +292,7 @@ fn run() -> anyhow::Result<()> {
             json,
         } => {
             let m = model.load()?;
-            let opts = braid_model::engine_bench::EngineBenchOptions {
+            let opts = EngineBenchOptions {
                 prompt_tokens,
                 batch_sizes: batch,
                 context,
