@@ -24,10 +24,9 @@ thread_local! {
 pub(crate) fn run<R: Send>(step: impl FnOnce() -> R + Send) -> R {
     let done = AtomicBool::new(false);
     rayon::scope(|s| {
-        if IN_STEP.get() {
+        let Some(_in_step) = InStep::enter() else {
             return step();
-        }
-        let _in_step = InStep::enter();
+        };
         for _ in 1..rayon::current_num_threads() {
             s.spawn(|_| look_for_work(&done));
         }
@@ -38,10 +37,9 @@ pub(crate) fn run<R: Send>(step: impl FnOnce() -> R + Send) -> R {
 }
 
 fn look_for_work(done: &AtomicBool) {
-    if IN_STEP.get() {
+    let Some(_in_step) = InStep::enter() else {
         return;
-    }
-    let _in_step = InStep::enter();
+    };
     while !done.load(Ordering::Acquire) {
         if rayon::yield_now() != Some(rayon::Yield::Executed) {
             std::thread::yield_now();
@@ -49,12 +47,13 @@ fn look_for_work(done: &AtomicBool) {
     }
 }
 
+/// This thread's mark of being inside a step, cleared when dropped.
 struct InStep;
 
 impl InStep {
-    fn enter() -> Self {
-        IN_STEP.set(true);
-        Self
+    /// Marks the thread, or `None` if it is inside a step already.
+    fn enter() -> Option<Self> {
+        (!IN_STEP.replace(true)).then_some(Self)
     }
 }
 
