@@ -56,14 +56,11 @@ fn output_layer_ms(m: &LoadedModel, rows: usize, repeats: usize) -> f64 {
     let times = (0..repeats)
         .map(|_| {
             let t = Instant::now();
-            // From inside the compute pool, as a step runs it.
-            rayon::join(
-                || {
-                    quant.quantize(&x, rows, cfg.hidden);
-                    crate::kernels::matmul(&quant, m.model.weights.output(), &mut logits);
-                },
-                || (),
-            );
+            // As a step runs it: inside the compute pool, with the other threads awake.
+            crate::step_threads::run(|| {
+                quant.quantize(&x, rows, cfg.hidden);
+                crate::kernels::matmul(&quant, m.model.weights.output(), &mut logits);
+            });
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
