@@ -19,15 +19,17 @@ import urllib.request
 MAX_TOKENS = 32
 
 
-def complete(url: str, prompt: str) -> str:
+def complete(url: str, prompt: str, llama: bool) -> str:
     body = {
         "prompt": prompt,
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
         "top_k": 1,
-        # llama-server: do not let a cached prefix change how the prompt is batched.
-        "cache_prompt": False,
     }
+    if llama:
+        # Do not let a cached prefix change how the prompt is batched. llama-server's own
+        # field: braid refuses fields the OpenAI API does not have.
+        body["cache_prompt"] = False
     req = urllib.request.Request(
         url + "/v1/completions",
         data=json.dumps(body).encode(),
@@ -58,9 +60,9 @@ def main() -> int:
     prompts = json.load(open(args.prompts))
     rows = []
     for p in prompts:
-        exact = complete(args.exact, p)
-        llama = complete(args.llama, p)
-        braid = complete(args.braid, p)
+        exact = complete(args.exact, p, llama=True)
+        llama = complete(args.llama, p, llama=True)
+        braid = complete(args.braid, p, llama=False)
         rows.append(
             {
                 "prompt": p,
