@@ -1,5 +1,6 @@
 //! Reads a GGUF's tensors into the kernels' weight formats: Q4_0, Q4_1 and Q4_K linear layers
-//! stay 4-bit, every other type is requantized to int8 blocks.
+//! stay 4-bit, Q5_0, Q5_1 and Q5_K stay 5-bit, Q8_0 is copied into int8 blocks, and every other
+//! type is requantized to int8 blocks (see `Reader::packed` for stacks that mix types).
 //!
 //! Q, K and V are stacked into one matrix, and gate and up into another, so that a layer costs
 //! four kernel calls instead of seven: fewer passes to quantize activations and fewer
@@ -7,7 +8,9 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::kernels::{Int4Source, Int4Weight, Int8Source, Int8Weight, PackedWeight};
+use crate::kernels::{
+    Int4Source, Int4Weight, Int5Source, Int5Weight, Int8Source, Int8Weight, PackedWeight,
+};
 use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
@@ -129,46 +132,65 @@ impl Reader<'_> {
             .map_err(|e| self.corrupt(name, e))
     }
 
+    /// The file's blocks of the tensors `names` (each `(name, rows)`, all `cols` wide), end to
+    /// end.
+    fn stacked_blocks(&mut self, names: &[(&str, usize)], cols: usize) -> Result<Vec<u8>> {
+        let mut raw = Vec::new();
+        for &(name, n) in names {
+            let qt = self.tensor(name, n, cols)?;
+            raw.extend_from_slice(&qt.data().map_err(|e| self.corrupt(name, e))?);
+        }
+        Ok(raw)
+    }
+
     /// The tensors `names` (each `(name, rows)`, all `cols` wide) stacked into one matrix: in
-    /// the 4-bit format if they are all Q4_0, all Q4_1 or all Q4_K; copied into int8 if they
-    /// are all Q8_0 or all Q5_0; requantized to int8 otherwise.
+    /// the 4-bit format if they are all Q4_0, all Q4_1 or all Q4_K; in the 5-bit format if they
+    /// are all Q5_0, all Q5_1 or all Q5_K; copied into int8 if each is Q8_0 or Q5_0 (a Q4_K_M
+    /// file's Q, K and V may mix them); requantized to int8 otherwise.
     fn packed(&mut self, names: &[(&str, usize)], cols: usize) -> Result<PackedWeight> {
         #[derive(Clone, Copy, PartialEq)]
-        enum Source {
+        enum Nibbles {
             Int4(Int4Source),
-            Int8(Int8Source),
+            Int5(Int5Source),
         }
-        let source = |dtype| match dtype {
-            GgmlDType::Q4_0 => Some(Source::Int4(Int4Source::Q4_0)),
-            GgmlDType::Q4_1 => Some(Source::Int4(Int4Source::Q4_1)),
-            GgmlDType::Q4K if cols.is_multiple_of(256) => Some(Source::Int4(Int4Source::Q4K)),
-            GgmlDType::Q8_0 => Some(Source::Int8(Int8Source::Q8_0)),
-            GgmlDType::Q5_0 => Some(Source::Int8(Int8Source::Q5_0)),
+        let nibbles = |dtype| match dtype {
+            GgmlDType::Q4_0 => Some(Nibbles::Int4(Int4Source::Q4_0)),
+            GgmlDType::Q4_1 => Some(Nibbles::Int4(Int4Source::Q4_1)),
+            GgmlDType::Q4K if cols.is_multiple_of(256) => Some(Nibbles::Int4(Int4Source::Q4K)),
+            GgmlDType::Q5_0 => Some(Nibbles::Int5(Int5Source::Q5_0)),
+            GgmlDType::Q5_1 => Some(Nibbles::Int5(Int5Source::Q5_1)),
+            GgmlDType::Q5K if cols.is_multiple_of(256) => Some(Nibbles::Int5(Int5Source::Q5K)),
             _ => None,
         };
-        let sources: Vec<_> = names
+        let int8 = |dtype| match dtype {
+            GgmlDType::Q8_0 => Some(Int8Source::Q8_0),
+            GgmlDType::Q5_0 => Some(Int8Source::Q5_0),
+            _ => None,
+        };
+        let dtypes: Vec<_> = names
             .iter()
-            .map(|(name, _)| {
-                self.ct
-                    .tensor_infos
-                    .get(*name)
-                    .and_then(|i| source(i.ggml_dtype))
-            })
+            .map(|(name, _)| self.ct.tensor_infos.get(*name).map(|i| i.ggml_dtype))
             .collect();
         let rows = names.iter().map(|&(_, n)| n).sum();
-        if let Some(&Some(source)) = sources
-            .first()
-            .filter(|_| sources.windows(2).all(|p| p[0] == p[1]))
-        {
-            let mut raw = Vec::new();
-            for &(name, n) in names {
-                let qt = self.tensor(name, n, cols)?;
-                raw.extend_from_slice(&qt.data().map_err(|e| self.corrupt(name, e))?);
-            }
-            return Ok(match source {
-                Source::Int4(s) => PackedWeight::Int4(Int4Weight::from_gguf(s, &raw, rows, cols)),
-                Source::Int8(s) => PackedWeight::Int8(Int8Weight::from_gguf(s, &raw, rows, cols)),
+        let formats: Vec<_> = dtypes.iter().map(|d| d.and_then(nibbles)).collect();
+        let same_nibbles = formats[0].filter(|_| formats.windows(2).all(|p| p[0] == p[1]));
+        let int8_parts: Option<Vec<_>> = dtypes
+            .iter()
+            .zip(names)
+            .map(|(d, &(_, n))| Some((d.and_then(int8)?, n)))
+            .collect();
+        if let Some(format) = same_nibbles {
+            let raw = self.stacked_blocks(names, cols)?;
+            return Ok(match format {
+                Nibbles::Int4(s) => PackedWeight::Int4(Int4Weight::from_gguf(s, &raw, rows, cols)),
+                Nibbles::Int5(s) => PackedWeight::Int5(Int5Weight::from_gguf(s, &raw, rows, cols)),
             });
+        }
+        if let Some(parts) = int8_parts {
+            let raw = self.stacked_blocks(names, cols)?;
+            return Ok(PackedWeight::Int8(Int8Weight::from_gguf(
+                &parts, &raw, cols,
+            )));
         }
         let mut data = Vec::new();
         for &(name, n) in names {

@@ -16,11 +16,15 @@
 //! Both give the integer the portable reference computes, so the floats after it are the same.
 //! int4 weights are unsigned nibbles (0..15), which meet the activations directly in both: a
 //! `vpmaddubsw` pair stays within 2 · 15 · 127, and `vpdpbusd` needs no offset to remove.
+//! int5 weights are those nibbles plus 16 where the tile's plane of fifth bits says so, spread
+//! from bits to bytes with a shuffle and a compare; their pairs reach 2 · 31 · 127, so AVX2
+//! widens a 5-bit block's 16-bit sums at its half.
 //!
 //! The loop over panels, tiles and rows is shared; a format only says how one of its blocks
 //! meets the rows ([`Block`]).
 
-use super::{int4, int8, QuantizedRows, BLOCK, TILE_N};
+use super::int4::Unpacked;
+use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
 use std::arch::x86_64::*;
 
 /// Rows of activations processed together per weight load.
@@ -43,9 +47,12 @@ pub(super) trait Dot {
     /// # Safety
     /// As for [`Dot::prepare`].
     unsafe fn dot(acc: __m256i, w: Self::Weights, a: __m256i) -> __m256i;
-    /// The same for weights that are unsigned bytes below 16 (int4 nibbles), with no offset,
-    /// into an accumulator of one block (at most 8 groups of 4) that [`Dot::widen_nibbles`]
-    /// turns into the 32-bit sums.
+    /// Whether [`Dot::dot_nibbles`] keeps its sums in 16-bit lanes, which hold a block of
+    /// 4-bit weights but only half a block of 5-bit ones.
+    const NARROW_NIBBLE_SUMS: bool;
+    /// The same for weights that are unsigned bytes below 32 (int4 and int5), with no offset,
+    /// into an accumulator of one block (at most 8 groups of 4 below 16, or 4 groups below 32)
+    /// that [`Dot::widen_nibbles`] turns into the 32-bit sums.
     ///
     /// # Safety
     /// As for [`Dot::prepare`].
@@ -60,6 +67,7 @@ struct SignedPairs;
 
 impl Dot for SignedPairs {
     const OFFSET: bool = false;
+    const NARROW_NIBBLE_SUMS: bool = true;
     /// (|w|, w) as signed bytes.
     type Weights = (__m256i, __m256i);
 
@@ -76,9 +84,10 @@ impl Dot for SignedPairs {
         _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
     }
 
-    /// Pairs stay 16-bit until the block ends: a pair is at most 2 · 15 · 127 = 3,810, so
-    /// the 8 groups of a block add to at most 30,480, inside a 16-bit lane. One `vpmaddwd` per
-    /// block instead of one per group: three instructions per group become two.
+    /// Pairs stay 16-bit until the block ends: a 4-bit pair is at most 2 · 15 · 127 = 3,810,
+    /// so the 8 groups of a block add to at most 30,480, inside a 16-bit lane (a 5-bit pair
+    /// reaches 7,874, so 4 groups). One `vpmaddwd` per block instead of one per group: three
+    /// instructions per group become two.
     #[inline(always)]
     unsafe fn dot_nibbles(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
         _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, a))
@@ -95,6 +104,7 @@ struct VexDpbusd;
 
 impl Dot for VexDpbusd {
     const OFFSET: bool = true;
+    const NARROW_NIBBLE_SUMS: bool = false;
     type Weights = __m256i;
 
     #[inline(always)]
@@ -128,6 +138,7 @@ struct EvexDpbusd;
 #[cfg(test)]
 impl Dot for EvexDpbusd {
     const OFFSET: bool = true;
+    const NARROW_NIBBLE_SUMS: bool = false;
     type Weights = __m256i;
 
     #[inline(always)]
@@ -219,27 +230,70 @@ unsafe fn matmul_tiles<D: Dot, T: Block>(
     out: *mut f32,
 ) {
     let (m, kbs) = (x.m, x.k_blocks);
-    // As on AVX-512: panels of rows meet every weight tile of the task, and the remainder rows
-    // take the 1-row path, which computes each element in the same order.
+    let mut unpacked = Vec::new();
+    // As on AVX-512: panels of rows meet every weight tile of the task, a panel of many rows
+    // meets a packed format's blocks unpacked once, and the remainder rows take the 1-row
+    // path, which computes each element in the same order.
     for panel in (0..m).step_by(MB) {
         let end = (panel + MB).min(m);
         for t in tiles.clone() {
             let tile_row = &weights[t * kbs..(t + 1) * kbs];
-            let valid = TILE_N.min(n - t * TILE_N);
-            let mut row = panel;
-            // `row + R <= end <= m`, `tile_row` is tile `t`'s `kbs` blocks and `valid` stops
-            // at column `n`: what `rows_tile` needs, with `out` from our caller.
-            while row + MR <= end {
-                // SAFETY: see above.
-                unsafe { rows_tile::<D, T, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
-                row += MR;
+            if end - panel >= UNPACK_ROWS {
+                // A loop, not an iterator's closure, which would not inherit the features.
+                unpacked.clear();
+                for block in tile_row {
+                    // SAFETY: the caller vouches for `D`'s features.
+                    match unsafe { block.unpacked() } {
+                        Some(u) => unpacked.push(u),
+                        None => break,
+                    }
+                }
+                if unpacked.len() == kbs {
+                    // SAFETY: as below, with the same blocks unpacked.
+                    unsafe { panel_tile::<D, _>(x, &unpacked, panel..end, kbs, out, n, t) };
+                    continue;
+                }
             }
-            while row < end {
-                // SAFETY: see above.
-                unsafe { rows_tile::<D, T, 1, 4>(x, tile_row, row, kbs, out, n, t, valid) };
-                row += 1;
-            }
+            // SAFETY: `panel..end` are rows of `x`, `tile_row` is tile `t`'s `kbs` blocks and
+            // `out` is our caller's.
+            unsafe { panel_tile::<D, T>(x, tile_row, panel..end, kbs, out, n, t) };
         }
+    }
+}
+
+/// Rows in a panel from which a packed format's blocks are unpacked once for the whole panel:
+/// a full panel, as on AVX-512 (whose constant says why).
+const UNPACK_ROWS: usize = MB;
+
+/// The rows `rows` of a panel times weight tile `t` (whose blocks are `tile_row`): writes
+/// their columns from `16 · t` below `n`.
+///
+/// # Safety
+///
+/// As for [`rows_tile`], for every row of `rows` (`rows.end <= x.rows()`).
+#[inline(always)]
+unsafe fn panel_tile<D: Dot, T: Block>(
+    x: &QuantizedRows,
+    tile_row: &[T],
+    rows: std::ops::Range<usize>,
+    kbs: usize,
+    out: *mut f32,
+    n: usize,
+    t: usize,
+) {
+    let valid = TILE_N.min(n - t * TILE_N);
+    let mut row = rows.start;
+    // `row + R <= rows.end <= m`, `tile_row` is tile `t`'s `kbs` blocks and `valid` stops at
+    // column `n`: what `rows_tile` needs, with `out` from our caller.
+    while row + MR <= rows.end {
+        // SAFETY: see above.
+        unsafe { rows_tile::<D, T, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
+        row += MR;
+    }
+    while row < rows.end {
+        // SAFETY: see above.
+        unsafe { rows_tile::<D, T, 1, 4>(x, tile_row, row, kbs, out, n, t, valid) };
+        row += 1;
     }
 }
 
@@ -312,6 +366,17 @@ pub(super) trait Block: Sized {
         kb: usize,
         facc: &mut [[__m256; 2]; R],
     );
+
+    /// The block with one byte per weight, for a format that packs them tighter: a panel of
+    /// many rows then unpacks each block once instead of once per [`MR`] rows.
+    ///
+    /// # Safety
+    ///
+    /// AVX2.
+    #[inline(always)]
+    unsafe fn unpacked(&self) -> Option<Unpacked> {
+        None
+    }
 }
 
 /// The halves' float sums of rows `row0..` after block `kb`: `total += f(iacc) · d_w · d_x`
@@ -426,41 +491,302 @@ impl Block for int4::Tile {
         kb: usize,
         facc: &mut [[__m256; 2]; R],
     ) {
-        // SAFETY: (the whole body) as the trait requires.
+        // SAFETY: as the trait requires.
         unsafe {
             prefetch_ahead(self);
-            let qs = x.qs.as_ptr();
-            let nibble = _mm256_set1_epi8(15);
-            let mut iacc = [[[_mm256_setzero_si256(); 2]; R]; A];
-            for p in 0..BLOCK / 8 {
-                // The tile is 64-byte aligned and `qs[p]` is its p-th 64 bytes.
-                let wp = self.qs[p].as_ptr() as *const __m256i;
-                let packed = [_mm256_load_si256(wp), _mm256_load_si256(wp.add(1))];
-                // Groups p (K 4p..4p+3) and p + 4 (K 16+4p..): low and high nibbles.
-                let lo = [
+            nibble_block::<D, R, A>(self, None, x, row0, kbs, kb, facc)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unpacked(&self) -> Option<Unpacked> {
+        // SAFETY: the caller vouches for AVX2.
+        Some(unsafe { unpack_nibbles(self, None) })
+    }
+}
+
+impl Block for int5::Tile {
+    #[inline(always)]
+    unsafe fn block<D: Dot, const R: usize, const A: usize>(
+        &self,
+        x: &QuantizedRows,
+        row0: usize,
+        kbs: usize,
+        kb: usize,
+        facc: &mut [[__m256; 2]; R],
+    ) {
+        // SAFETY: as the trait requires.
+        unsafe {
+            prefetch_ahead(self);
+            nibble_block::<D, R, A>(&self.low, Some(&self.high), x, row0, kbs, kb, facc)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn unpacked(&self) -> Option<Unpacked> {
+        // SAFETY: the caller vouches for AVX2.
+        Some(unsafe { unpack_nibbles(&self.low, Some(&self.high)) })
+    }
+}
+
+impl Block for Unpacked {
+    #[inline(always)]
+    unsafe fn block<D: Dot, const R: usize, const A: usize>(
+        &self,
+        x: &QuantizedRows,
+        row0: usize,
+        kbs: usize,
+        kb: usize,
+        facc: &mut [[__m256; 2]; R],
+    ) {
+        // SAFETY: (the whole body) as the trait requires.
+        unsafe {
+            let mut sums = NibbleSums::<R, A>::new::<D>(self.five_bits);
+            for g in 0..BLOCK / 4 {
+                // The block is 64-byte aligned and `qs[g]` is its g-th 64 bytes.
+                let wp = self.qs[g].as_ptr() as *const __m256i;
+                let wv = [_mm256_load_si256(wp), _mm256_load_si256(wp.add(1))];
+                sums.add::<D>(x, row0, kbs, kb, g, g % A, wv);
+                if g == BLOCK / 8 - 1 {
+                    sums.half_done();
+                }
+            }
+            sums.finish::<D>(&self.scales, &self.mins, x, row0, kbs, kb, facc);
+        }
+    }
+}
+
+/// 32 fifth bits as bytes: byte `i` is 16 where bit `i` of `bits` is set, else 0.
+///
+/// # Safety
+///
+/// AVX2.
+#[inline(always)]
+unsafe fn fifth_bits(bits: u32) -> __m256i {
+    // SAFETY: register arithmetic; the caller vouches for AVX2.
+    unsafe {
+        // Bytes 0..8 of the result take byte 0 of `bits`, bytes 8..16 byte 1, and so on (the
+        // shuffle works within each 128-bit half, and both halves hold all four bytes).
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                3, 3, 3, 3,
+            ),
+        );
+        let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+        _mm256_and_si256(set, _mm256_set1_epi8(16))
+    }
+}
+
+/// Packed group `p` of a 4-bit block as the weight vectors (rows 0..8 and 8..16) of groups
+/// `p` (K `4p..4p + 4`, the low nibbles) and `p + 4` (K `16 + 4p..`, the high ones), each with
+/// 16 added where a 5-bit tile's plane of fifth bits `high` says so.
+///
+/// # Safety
+///
+/// AVX2; `p < 4`.
+#[inline(always)]
+unsafe fn nibble_groups(
+    tile: &int4::Tile,
+    high: Option<&[u64; BLOCK / 4]>,
+    p: usize,
+) -> [([__m256i; 2], usize); 2] {
+    // SAFETY: the tile is 64-byte aligned and `qs[p]` is its p-th 64 bytes; the caller vouches
+    // for AVX2. (No closures here: a closure would not inherit the kernel's features.)
+    unsafe {
+        let nibble = _mm256_set1_epi8(15);
+        let wp = tile.qs[p].as_ptr() as *const __m256i;
+        let packed = [_mm256_load_si256(wp), _mm256_load_si256(wp.add(1))];
+        let mut groups = [
+            (
+                [
                     _mm256_and_si256(packed[0], nibble),
                     _mm256_and_si256(packed[1], nibble),
-                ];
-                let hi = [
+                ],
+                p,
+            ),
+            (
+                [
                     _mm256_and_si256(_mm256_srli_epi16(packed[0], 4), nibble),
                     _mm256_and_si256(_mm256_srli_epi16(packed[1], 4), nibble),
-                ];
-                for (h, (wv, g)) in [(lo, p), (hi, p + 4)].into_iter().enumerate() {
-                    let accs = &mut iacc[(2 * p + h) % A];
-                    for (r, acc) in accs.iter_mut().enumerate() {
-                        // Row `row0 + r < m`, block `kb < kbs`, bytes `4g..4g + 4` of its 32.
-                        let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + g * 4);
-                        let a = _mm256_set1_epi32((a as *const i32).read_unaligned());
-                        acc[0] = D::dot_nibbles(acc[0], wv[0], a);
-                        acc[1] = D::dot_nibbles(acc[1], wv[1], a);
+                ],
+                p + 4,
+            ),
+        ];
+        if let Some(high) = high {
+            for (wv, g) in &mut groups {
+                // Rows 0..8 of the group are the plane's low 32 bits, rows 8..16 its high.
+                wv[0] = _mm256_or_si256(wv[0], fifth_bits(high[*g] as u32));
+                wv[1] = _mm256_or_si256(wv[1], fifth_bits((high[*g] >> 32) as u32));
+            }
+        }
+        groups
+    }
+}
+
+/// The 4-bit tile's block (with a 5-bit tile's plane of fifth bits, if `high` holds it) as
+/// one byte per weight.
+///
+/// # Safety
+///
+/// AVX2.
+#[inline(always)]
+unsafe fn unpack_nibbles(tile: &int4::Tile, high: Option<&[u64; BLOCK / 4]>) -> Unpacked {
+    let mut out = Unpacked::empty(tile, high.is_some());
+    for p in 0..BLOCK / 8 {
+        // SAFETY: `p < 4`, each store is 32 bytes of the 64-byte aligned `out.qs[g]`; the
+        // caller vouches for AVX2.
+        unsafe {
+            for (wv, g) in nibble_groups(tile, high, p) {
+                let dst = out.qs[g].as_mut_ptr() as *mut __m256i;
+                _mm256_store_si256(dst, wv[0]);
+                _mm256_store_si256(dst.add(1), wv[1]);
+            }
+        }
+    }
+    out
+}
+
+/// A block of the 4-bit tile, or of a 5-bit one when `high` holds its plane of fifth bits:
+/// as [`Block::block`] (whose requirements it has).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nibble_block<D: Dot, const R: usize, const A: usize>(
+    tile: &int4::Tile,
+    high: Option<&[u64; BLOCK / 4]>,
+    x: &QuantizedRows,
+    row0: usize,
+    kbs: usize,
+    kb: usize,
+    facc: &mut [[__m256; 2]; R],
+) {
+    // SAFETY: (the whole body) as the trait requires.
+    unsafe {
+        let mut sums = NibbleSums::<R, A>::new::<D>(high.is_some());
+        for p in 0..BLOCK / 8 {
+            for (h, (wv, g)) in nibble_groups(tile, high, p).into_iter().enumerate() {
+                sums.add::<D>(x, row0, kbs, kb, g, (2 * p + h) % A, wv);
+            }
+            // Groups 0, 4, 1 and 5 are in.
+            if p == BLOCK / 16 - 1 {
+                sums.half_done();
+            }
+        }
+        sums.finish::<D>(&tile.scales, &tile.mins, x, row0, kbs, kb, facc);
+    }
+}
+
+/// The integer sums of one block of unsigned weights below 32 with `R` rows, in `A` sets.
+/// Where `D` keeps them in 16-bit lanes, a 5-bit pair reaches 2 · 31 · 127 = 7,874 and four
+/// groups fill a lane, so a 5-bit block's first half is set aside (`half_done`) and widened
+/// separately.
+struct NibbleSums<const R: usize, const A: usize> {
+    iacc: [[[__m256i; 2]; R]; A],
+    /// Whether the block's halves are widened separately: 5-bit weights in 16-bit lanes.
+    split: bool,
+    first_half: Option<[[[__m256i; 2]; R]; A]>,
+}
+
+impl<const R: usize, const A: usize> NibbleSums<R, A> {
+    /// Empty sums for a block whose integers reach 31 (`five_bits`) or 15.
+    ///
+    /// # Safety
+    ///
+    /// `D`'s CPU features (here and in every method).
+    #[inline(always)]
+    unsafe fn new<D: Dot>(five_bits: bool) -> Self {
+        // SAFETY: the caller vouches for AVX2.
+        let zero = unsafe { _mm256_setzero_si256() };
+        Self {
+            iacc: [[[zero; 2]; R]; A],
+            split: five_bits && D::NARROW_NIBBLE_SUMS,
+            first_half: None,
+        }
+    }
+
+    /// Adds group `g`'s products (weights `wv`, rows 0..8 and 8..16) into accumulator set
+    /// `set`.
+    ///
+    /// # Safety
+    ///
+    /// `row0 + R <= x.rows()`, `kb < kbs == x.k_blocks`, `g < 8`, `set < A`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn add<D: Dot>(
+        &mut self,
+        x: &QuantizedRows,
+        row0: usize,
+        kbs: usize,
+        kb: usize,
+        g: usize,
+        set: usize,
+        wv: [__m256i; 2],
+    ) {
+        // SAFETY: row `row0 + r < m`, block `kb < kbs`, bytes `4g..4g + 4` of its 32.
+        unsafe {
+            let qs = x.qs.as_ptr();
+            for (r, acc) in self.iacc[set].iter_mut().enumerate() {
+                let a = qs.add(((row0 + r) * kbs + kb) * BLOCK + g * 4);
+                let a = _mm256_set1_epi32((a as *const i32).read_unaligned());
+                acc[0] = D::dot_nibbles(acc[0], wv[0], a);
+                acc[1] = D::dot_nibbles(acc[1], wv[1], a);
+            }
+        }
+    }
+
+    /// Four groups are in: a split block's sums start again from zero.
+    #[inline(always)]
+    unsafe fn half_done(&mut self) {
+        if self.split {
+            // SAFETY: the caller vouches for AVX2.
+            let zero = unsafe { _mm256_setzero_si256() };
+            self.first_half = Some(std::mem::replace(&mut self.iacc, [[[zero; 2]; R]; A]));
+        }
+    }
+
+    /// The block's float epilogue with the tile's `scales` and `mins`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`finish_block`].
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn finish<D: Dot>(
+        mut self,
+        scales: &[half::f16; TILE_N],
+        mins: &[half::f16; TILE_N],
+        x: &QuantizedRows,
+        row0: usize,
+        kbs: usize,
+        kb: usize,
+        facc: &mut [[__m256; 2]; R],
+    ) {
+        // SAFETY: (the whole body) the caller vouches for the features and the bounds.
+        unsafe {
+            for (s, accs) in self.iacc.iter_mut().enumerate() {
+                for (r, acc) in accs.iter_mut().enumerate() {
+                    for (h, acc) in acc.iter_mut().enumerate() {
+                        *acc = D::widen_nibbles(*acc);
+                        if let Some(first) = &self.first_half {
+                            *acc = _mm256_add_epi32(*acc, D::widen_nibbles(first[s][r][h]));
+                        }
                     }
                 }
             }
-            for acc in iacc.iter_mut().flatten().flatten() {
-                *acc = D::widen_nibbles(*acc);
-            }
-            let (wscale, wmin) = (widen_halves(&self.scales), widen_halves(&self.mins));
-            finish_block(x, row0, kbs, kb, &iacc, false, wscale, Some(wmin), facc);
+            let (wscale, wmin) = (widen_halves(scales), widen_halves(mins));
+            finish_block(
+                x,
+                row0,
+                kbs,
+                kb,
+                &self.iacc,
+                false,
+                wscale,
+                Some(wmin),
+                facc,
+            );
         }
     }
 }

@@ -14,6 +14,12 @@
 //! (Q4_0's `d · (q - 8)` is `m = -8d`, exact in half precision), so a block contributes
 //! `d_w · d_x · Σ q_w q_x + m_w · (d_x · Σ q_x)`: an exact integer sum, then two fused
 //! multiply-adds whose order every kernel keeps, so every path writes the same bits.
+//!
+//! The 5-bit format ([`super::int5`]) is this tile plus a plane of fifth bits, so the matrix
+//! ([`NibbleWeight`]), its packing from file blocks, its row dequantization and the portable
+//! reference are written here once, generic over the tile ([`NibbleTile`]). `Unpacked` is
+//! either tile with a byte per weight: what a panel of prompt rows meets, so that a block is
+//! unpacked once per panel rather than once per few rows.
 
 use super::{QuantizedRows, BLOCK, TILE_N};
 use half::f16;
@@ -21,18 +27,75 @@ use half::f16;
 /// One block of 32 K values for 16 output rows, two weights per byte (see the module docs).
 #[derive(Clone)]
 #[repr(C, align(64))]
-pub(super) struct Tile {
+pub struct Tile {
     pub(super) qs: [[u8; 4 * TILE_N]; BLOCK / 8],
     pub(super) scales: [f16; TILE_N],
     pub(super) mins: [f16; TILE_N],
 }
 
-/// A weight matrix of `n` outputs × `k` inputs in the 4-bit format.
-pub struct Int4Weight {
+/// A block of the 4- or 5-bit format with its integers unpacked to one byte each, laid out as
+/// the int8 tile's (`qs[g]`: 16 rows × K values `4g..4g + 4`), unsigned and without offset.
+/// A kernel meeting a panel of many rows unpacks each block into one of these once, instead of
+/// once per few rows; only the kernels write and read it.
+#[derive(Clone)]
+#[repr(C, align(64))]
+pub(super) struct Unpacked {
+    pub(super) qs: [[u8; 4 * TILE_N]; BLOCK / 4],
+    pub(super) scales: [f16; TILE_N],
+    pub(super) mins: [f16; TILE_N],
+    /// Whether the integers may reach 31 (a 5-bit block) rather than 15.
+    pub(super) five_bits: bool,
+}
+
+impl Unpacked {
+    /// `tile`'s scales and minimums, with every integer still 0.
+    pub(super) fn empty(tile: &Tile, five_bits: bool) -> Self {
+        Unpacked {
+            qs: [[0; 4 * TILE_N]; BLOCK / 4],
+            scales: tile.scales,
+            mins: tile.mins,
+            five_bits,
+        }
+    }
+}
+
+/// A weight matrix of `n` outputs × `k` inputs whose tiles are `T`: the 4-bit format
+/// ([`Int4Weight`]) or the 5-bit one built on it ([`super::Int5Weight`]).
+pub struct NibbleWeight<T> {
     pub(super) n: usize,
     pub(super) k: usize,
     /// `[n_tiles][k_blocks]`
-    pub(super) tiles: Vec<Tile>,
+    pub(super) tiles: Vec<T>,
+}
+
+/// A weight matrix in the 4-bit format.
+pub type Int4Weight = NibbleWeight<Tile>;
+
+/// One sub-block of 32 weights as a file block holds it: its scale, its minimum and its
+/// unsigned integers in K order (weight `scale · q + min`).
+pub type SubBlock = (f16, f16, [u8; BLOCK]);
+
+/// A family of GGUF block layouts whose weights are `d · q + m` with small unsigned `q`.
+pub trait NibbleSource: Copy + std::fmt::Debug {
+    /// Weights per block of the file.
+    fn block_weights(self) -> usize;
+    fn block_bytes(self) -> usize;
+    /// The file block `block`'s sub-blocks of 32, in order.
+    fn sub_blocks(self, block: &[u8]) -> Vec<SubBlock>;
+}
+
+/// A tile of unsigned integers with a scale and a minimum per row and block: what the packing,
+/// the row dequantization and the portable reference need of it.
+pub trait NibbleTile: Clone {
+    type Source: NibbleSource;
+    /// A tile of zero weights.
+    const EMPTY: Self;
+    /// The 4-bit part: the low nibbles, the scales and the minimums.
+    fn low(&self) -> &Tile;
+    /// Stores row `r`'s sub-block, into a tile where that row is still empty.
+    fn set(&mut self, r: usize, sub: &SubBlock);
+    /// The integer weight of row `r` at position `e` of the block.
+    fn weight(&self, r: usize, e: usize) -> u8;
 }
 
 /// The GGUF block layouts this format takes.
@@ -49,16 +112,40 @@ pub enum Int4Source {
     Q4K,
 }
 
-impl Int4Source {
-    /// Weights per block of the file.
-    pub fn block_weights(self) -> usize {
+/// A half float from two little-endian bytes of `block` at `i`.
+pub(super) fn half_at(block: &[u8], i: usize) -> f16 {
+    f16::from_le_bytes([block[i], block[i + 1]])
+}
+
+/// The scale and minimum of sub-block `j` of a K-quant super-block (Q4_K, Q5_K), from its `d`
+/// and `dmin` (the first four bytes) and its 12 bytes of 6-bit scales and minimums (ggml's
+/// `get_scale_min_k4`), as half floats.
+pub(super) fn k_quant_scale_min(block: &[u8], j: usize) -> (f16, f16) {
+    let (d, dmin) = (half_at(block, 0).to_f32(), half_at(block, 2).to_f32());
+    let scales = &block[4..16];
+    let (sc, mn) = if j < 4 {
+        (scales[j] & 63, scales[j + 4] & 63)
+    } else {
+        (
+            (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4),
+            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
+        )
+    };
+    (
+        f16::from_f32(d * sc as f32),
+        f16::from_f32(-(dmin * mn as f32)),
+    )
+}
+
+impl NibbleSource for Int4Source {
+    fn block_weights(self) -> usize {
         match self {
             Int4Source::Q4_0 | Int4Source::Q4_1 => 32,
             Int4Source::Q4K => 256,
         }
     }
 
-    pub fn block_bytes(self) -> usize {
+    fn block_bytes(self) -> usize {
         match self {
             Int4Source::Q4_0 => 18,
             Int4Source::Q4_1 => 20,
@@ -66,50 +153,61 @@ impl Int4Source {
         }
     }
 
-    /// The file block `block`'s sub-blocks of 32, each as (scale, minimum, nibbles in order).
-    fn sub_blocks(self, block: &[u8]) -> Vec<(f16, f16, [u8; BLOCK])> {
-        let half = |i: usize| f16::from_le_bytes([block[i], block[i + 1]]);
+    fn sub_blocks(self, block: &[u8]) -> Vec<SubBlock> {
         // 16 bytes holding elements 0..16 in the low nibbles and 16..32 in the high ones.
         let split = |bytes: &[u8]| std::array::from_fn(|e| (bytes[e % 16] >> (4 * (e / 16))) & 15);
         match self {
             Int4Source::Q4_0 => {
-                let d = half(0);
+                let d = half_at(block, 0);
                 vec![(d, f16::from_f32(-8.0 * d.to_f32()), split(&block[2..18]))]
             }
-            Int4Source::Q4_1 => vec![(half(0), half(2), split(&block[4..20]))],
-            Int4Source::Q4K => {
-                let (d, dmin) = (half(0).to_f32(), half(2).to_f32());
-                let (scales, qs) = (&block[4..16], &block[16..144]);
-                // ggml's `get_scale_min_k4`: 6-bit scale and minimum of sub-block j.
-                let scale_min = |j: usize| {
-                    if j < 4 {
-                        (scales[j] & 63, scales[j + 4] & 63)
-                    } else {
-                        (
-                            (scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4),
-                            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
-                        )
-                    }
-                };
-                (0..8)
-                    .map(|j| {
-                        let (sc, mn) = scale_min(j);
-                        // Sub-blocks 2i and 2i + 1 share 32 bytes: low and high nibbles.
-                        let bytes = &qs[32 * (j / 2)..][..32];
-                        let nibbles = std::array::from_fn(|e| (bytes[e] >> (4 * (j % 2))) & 15);
-                        let scale = f16::from_f32(d * sc as f32);
-                        (scale, f16::from_f32(-(dmin * mn as f32)), nibbles)
-                    })
-                    .collect()
-            }
+            Int4Source::Q4_1 => vec![(half_at(block, 0), half_at(block, 2), split(&block[4..20]))],
+            Int4Source::Q4K => (0..8)
+                .map(|j| {
+                    let (scale, min) = k_quant_scale_min(block, j);
+                    // Sub-blocks 2i and 2i + 1 share 32 bytes: low and high nibbles.
+                    let bytes = &block[16 + 32 * (j / 2)..][..32];
+                    let nibbles = std::array::from_fn(|e| (bytes[e] >> (4 * (j % 2))) & 15);
+                    (scale, min, nibbles)
+                })
+                .collect(),
         }
     }
 }
 
-impl Int4Weight {
+impl NibbleTile for Tile {
+    type Source = Int4Source;
+    const EMPTY: Self = Tile {
+        qs: [[0u8; 4 * TILE_N]; BLOCK / 8],
+        scales: [f16::ZERO; TILE_N],
+        mins: [f16::ZERO; TILE_N],
+    };
+
+    fn low(&self) -> &Tile {
+        self
+    }
+
+    fn set(&mut self, r: usize, &(scale, min, q): &SubBlock) {
+        self.scales[r] = scale;
+        self.mins[r] = min;
+        for (e, q) in q.into_iter().enumerate() {
+            // Element e = 4g + j: groups 0..3 in the low nibbles, 4..7 in the high ones.
+            let (g, j) = (e / 4, e % 4);
+            self.qs[g % 4][r * 4 + j] |= (q & 15) << (4 * (g / 4));
+        }
+    }
+
+    #[inline(always)]
+    fn weight(&self, r: usize, e: usize) -> u8 {
+        let (g, j) = (e / 4, e % 4);
+        (self.qs[g % 4][r * 4 + j] >> (4 * (g / 4))) & 15
+    }
+}
+
+impl<T: NibbleTile> NibbleWeight<T> {
     /// Packs a row-major `n × k` tensor stored as GGUF `source` blocks (`raw`, rows of
     /// `k / source.block_weights()` blocks). Panics if `raw` does not hold exactly that many.
-    pub fn from_gguf(source: Int4Source, raw: &[u8], n: usize, k: usize) -> Self {
+    pub fn from_gguf(source: T::Source, raw: &[u8], n: usize, k: usize) -> Self {
         let per = source.block_weights();
         assert!(k.is_multiple_of(per), "k = {k} is not a multiple of {per}");
         let (k_blocks, bytes) = (k / BLOCK, source.block_bytes());
@@ -118,26 +216,14 @@ impl Int4Weight {
             n * (k / per) * bytes,
             "{source:?} data is not {n}x{k}"
         );
-        let empty = Tile {
-            qs: [[0u8; 4 * TILE_N]; BLOCK / 8],
-            scales: [f16::ZERO; TILE_N],
-            mins: [f16::ZERO; TILE_N],
-        };
-        let mut tiles = vec![empty; n.div_ceil(TILE_N) * k_blocks];
+        let mut tiles = vec![T::EMPTY; n.div_ceil(TILE_N) * k_blocks];
         for (row, raw_row) in raw.chunks_exact((k / per) * bytes).enumerate() {
             let (t, r) = (row / TILE_N, row % TILE_N);
             let subs = raw_row
                 .chunks_exact(bytes)
                 .flat_map(|b| source.sub_blocks(b));
-            for (kb, (scale, min, nibbles)) in subs.enumerate() {
-                let tile = &mut tiles[t * k_blocks + kb];
-                tile.scales[r] = scale;
-                tile.mins[r] = min;
-                for (e, q) in nibbles.into_iter().enumerate() {
-                    // Element e = 4g + j: groups 0..3 in the low nibbles, 4..7 in the high ones.
-                    let (g, j) = (e / 4, e % 4);
-                    tile.qs[g % 4][r * 4 + j] |= q << (4 * (g / 4));
-                }
+            for (kb, sub) in subs.enumerate() {
+                tiles[t * k_blocks + kb].set(r, &sub);
             }
         }
         Self { n, k, tiles }
@@ -145,14 +231,7 @@ impl Int4Weight {
 
     /// Bytes the kernel streams per full pass over the weights.
     pub fn size_in_bytes(&self) -> usize {
-        self.tiles.len() * std::mem::size_of::<Tile>()
-    }
-
-    /// The weight of row `r` of `tile` at position `e` of the block, as an unsigned nibble.
-    #[inline(always)]
-    fn nibble(tile: &Tile, r: usize, e: usize) -> u8 {
-        let (g, j) = (e / 4, e % 4);
-        (tile.qs[g % 4][r * 4 + j] >> (4 * (g / 4))) & 15
+        self.tiles.len() * std::mem::size_of::<T>()
     }
 
     /// The dequantized weights of one output row (used for embedding lookups).
@@ -162,15 +241,58 @@ impl Int4Weight {
         let (t, r) = (row / TILE_N, row % TILE_N);
         for kb in 0..k_blocks {
             let tile = &self.tiles[t * k_blocks + kb];
-            let (d, m) = (tile.scales[r].to_f32(), tile.mins[r].to_f32());
+            let low = tile.low();
+            let (d, m) = (low.scales[r].to_f32(), low.mins[r].to_f32());
             for e in 0..BLOCK {
-                out[kb * BLOCK + e] = Self::nibble(tile, r, e) as f32 * d + m;
+                out[kb * BLOCK + e] = tile.weight(r, e) as f32 * d + m;
             }
         }
     }
 }
 
-/// The portable reference: every kernel's arithmetic, one element at a time.
+/// The portable reference of every format of unsigned integers with a scale and a minimum:
+/// every kernel's arithmetic, one element at a time. Writes what
+/// [`super::packed_weight::FormatTile::reference_tiles`] documents.
+///
+/// # Safety
+///
+/// As for `reference_tiles`.
+pub(super) unsafe fn nibble_reference_tiles<T: NibbleTile>(
+    x: &QuantizedRows,
+    weights: &[T],
+    n: usize,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let (m, kbs) = (x.m, x.k_blocks);
+    // Each output is its blocks' sums in K order, as in every kernel; the loops run weight
+    // block by weight block so that a block's integers are unpacked once for all rows.
+    let mut acc = vec![0f32; m];
+    for t in tiles {
+        for r in 0..TILE_N.min(n - t * TILE_N) {
+            acc.fill(0.0);
+            for kb in 0..kbs {
+                let tile = &weights[t * kbs + kb];
+                let q: [i32; BLOCK] = std::array::from_fn(|e| tile.weight(r, e) as i32);
+                let low = tile.low();
+                let (d, min) = (low.scales[r].to_f32(), low.mins[r].to_f32());
+                for (row, acc) in acc.iter_mut().enumerate() {
+                    let b = row * kbs + kb;
+                    let a = &x.qs[b * BLOCK..(b + 1) * BLOCK];
+                    let dot: i32 = a.iter().zip(&q).map(|(&a, &q)| a as i32 * q).sum();
+                    *acc = (dot as f32).mul_add(d * x.scales[b], *acc);
+                    *acc = min.mul_add(x.sums[b], *acc);
+                }
+            }
+            for (row, &acc) in acc.iter().enumerate() {
+                // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
+                // `m * n` the caller vouches for, and it is in one of this call's tiles.
+                unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
+            }
+        }
+    }
+}
+
 impl super::packed_weight::FormatTile for Tile {
     unsafe fn reference_tiles(
         x: &QuantizedRows,
@@ -179,46 +301,19 @@ impl super::packed_weight::FormatTile for Tile {
         tiles: std::ops::Range<usize>,
         out: *mut f32,
     ) {
-        let (m, kbs) = (x.m, x.k_blocks);
-        // Each output is its blocks' sums in K order, as in every kernel; the loops run weight
-        // block by weight block so that a block's nibbles are unpacked once for all rows.
-        let mut acc = vec![0f32; m];
-        for t in tiles {
-            for r in 0..TILE_N.min(n - t * TILE_N) {
-                acc.fill(0.0);
-                for kb in 0..kbs {
-                    let tile = &weights[t * kbs + kb];
-                    let q: [i32; BLOCK] =
-                        std::array::from_fn(|e| Int4Weight::nibble(tile, r, e) as i32);
-                    let (d, min) = (tile.scales[r].to_f32(), tile.mins[r].to_f32());
-                    for (row, acc) in acc.iter_mut().enumerate() {
-                        let b = row * kbs + kb;
-                        let a = &x.qs[b * BLOCK..(b + 1) * BLOCK];
-                        let dot: i32 = a.iter().zip(&q).map(|(&a, &q)| a as i32 * q).sum();
-                        *acc = (dot as f32).mul_add(d * x.scales[b], *acc);
-                        *acc = min.mul_add(x.sums[b], *acc);
-                    }
-                }
-                for (row, &acc) in acc.iter().enumerate() {
-                    // SAFETY: `row < m` and `t * TILE_N + r < n`, so the element is inside the
-                    // `m * n` the caller vouches for, and it is in one of this call's tiles.
-                    unsafe { out.add(row * n + t * TILE_N + r).write(acc) };
-                }
-            }
-        }
+        // SAFETY: the caller's guarantees are the ones the shared reference needs.
+        unsafe { nibble_reference_tiles(x, weights, n, tiles, out) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{matmul_reference, matmul_with, Kernel, PackedWeight};
-    use rand::{Rng, SeedableRng};
-
-    fn random(len: usize, seed: u64) -> Vec<f32> {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
-    }
+    use crate::kernels::format_checks::{
+        assert_avx_vnni_code_matches_reference, assert_every_kernel_matches_reference,
+        assert_rows_do_not_depend_on_batch, quantized, random,
+    };
+    use crate::kernels::{matmul_reference, PackedWeight};
 
     /// `data` (`n × k`) as GGUF `source` blocks, quantized here (the tests need valid blocks,
     /// not ggml's choice of them).
@@ -339,28 +434,15 @@ mod tests {
             let k = 512;
             let (raw, _) = ggml_q4k(&random(n * k, 7), n, k);
             let w = PackedWeight::Int4(Int4Weight::from_gguf(Int4Source::Q4K, &raw, n, k));
-            let mut q = QuantizedRows::default();
-            q.quantize(&random(m * k, 8), m, k);
-            let mut slow = vec![0f32; m * n];
-            matmul_reference(&q, &w, &mut slow);
-            for kernel in Kernel::supported() {
-                let mut fast = vec![f32::NAN; m * n];
-                matmul_with(kernel, &q, &w, &mut fast);
-                assert_eq!(bits(&fast), bits(&slow), "{kernel} on Q4_K {m}x{n}x{k}");
-            }
+            let q = quantized(&random(m * k, 8), m, k);
+            assert_every_kernel_matches_reference(&q, &w, &format!("Q4_K x{k}"));
         }
-    }
-
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
     }
 
     fn inputs(m: usize, n: usize, k: usize, source: Int4Source) -> (PackedWeight, QuantizedRows) {
         let raw = blocks(&random(n * k, 1), source);
         let w = PackedWeight::Int4(Int4Weight::from_gguf(source, &raw, n, k));
-        let mut q = QuantizedRows::default();
-        q.quantize(&random(m * k, 2), m, k);
-        (w, q)
+        (w, quantized(&random(m * k, 2), m, k))
     }
 
     #[cfg(not(miri))]
@@ -415,54 +497,17 @@ mod tests {
         for source in SOURCES {
             for &(m, n, k) in SHAPES {
                 let (w, q) = inputs(m, n, k, source);
-                let mut slow = vec![0f32; m * n];
-                matmul_reference(&q, &w, &mut slow);
-                for kernel in Kernel::supported() {
-                    // A canary past the end: no kernel writes beyond `m * n`.
-                    let mut fast = vec![f32::NAN; m * n + 1];
-                    matmul_with(kernel, &q, &w, &mut fast);
-                    assert_eq!(
-                        bits(&fast[..m * n]),
-                        bits(&slow),
-                        "{kernel} on {source:?} {m}x{n}x{k}"
-                    );
-                    assert!(fast[m * n].is_nan(), "{kernel} wrote past {m}x{n}");
-                }
+                assert_every_kernel_matches_reference(&q, &w, &format!("{source:?} x{k}"));
             }
         }
     }
 
     /// The AVX-VNNI code path with the EVEX instruction, as in the int8 tests.
-    #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx_vnni_kernel_code_is_bit_identical_with_the_evex_instruction() {
-        if cfg!(miri)
-            || !(is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni")
-                && Kernel::Avx2.is_supported())
-        {
-            eprintln!("skipped: this CPU has no AVX-512 VL + VNNI");
-            return;
-        }
         for &(m, n, k) in SHAPES {
             let (w, q) = inputs(m, n, k, Int4Source::Q4_1);
-            let mut slow = vec![0f32; m * n];
-            matmul_reference(&q, &w, &mut slow);
-            let PackedWeight::Int4(w4) = &w else {
-                unreachable!()
-            };
-            let mut fast = vec![f32::NAN; m * n];
-            // SAFETY: the CPU has the features (checked above); `fast` holds `m * n` floats.
-            unsafe {
-                super::super::avx2::matmul_tiles_evex256(
-                    &q,
-                    &w4.tiles,
-                    n,
-                    0..n.div_ceil(TILE_N),
-                    fast.as_mut_ptr(),
-                )
-            };
-            assert_eq!(bits(&fast), bits(&slow), "{m}x{n}x{k}");
+            assert_avx_vnni_code_matches_reference(&q, &w, "Q4_1");
         }
     }
 
@@ -475,23 +520,6 @@ mod tests {
         };
         let raw = blocks(&random(n * k, 3), Int4Source::Q4_1);
         let w = PackedWeight::Int4(Int4Weight::from_gguf(Int4Source::Q4_1, &raw, n, k));
-        let x = random(m * k, 4);
-        let mut q = QuantizedRows::default();
-        q.quantize(&x, m, k);
-        for kernel in Kernel::supported() {
-            let mut all = vec![0f32; m * n];
-            matmul_with(kernel, &q, &w, &mut all);
-            for row in 0..m {
-                let mut one = QuantizedRows::default();
-                one.quantize(&x[row * k..(row + 1) * k], 1, k);
-                let mut out = vec![0f32; n];
-                matmul_with(kernel, &one, &w, &mut out);
-                assert_eq!(
-                    out,
-                    all[row * n..(row + 1) * n],
-                    "{kernel}: row {row} differs when batched"
-                );
-            }
-        }
+        assert_rows_do_not_depend_on_batch(&random(m * k, 4), m, k, &w);
     }
 }

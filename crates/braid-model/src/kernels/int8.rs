@@ -17,6 +17,7 @@
 //! `reference_tiles` is the portable path, used where no vector kernel runs and as the tests'
 //! oracle.
 
+use super::int5::five_bit_integers;
 use super::{QuantizedRows, BLOCK, TILE_N};
 use half::f16;
 
@@ -49,14 +50,7 @@ impl Int8Source {
     fn integers(self, block: &[u8]) -> [i8; BLOCK] {
         match self {
             Int8Source::Q8_0 => std::array::from_fn(|e| block[2 + e] as i8),
-            Int8Source::Q5_0 => {
-                let qh = u32::from_le_bytes(block[2..6].try_into().expect("4 bytes"));
-                std::array::from_fn(|e| {
-                    let low = (block[6 + e % 16] >> (4 * (e / 16))) & 15;
-                    let high = ((qh >> e) & 1) as u8;
-                    ((low | (high << 4)) as i8) - 16
-                })
-            }
+            Int8Source::Q5_0 => five_bit_integers(&block[2..22]).map(|q| q as i8 - 16),
         }
     }
 }
@@ -102,34 +96,45 @@ impl Int8Weight {
         Self { n, k, tiles }
     }
 
-    /// Packs a GGUF tensor whose blocks are already int8 with one scale per 32 (Q8_0) or
-    /// fit in int8 exactly (Q5_0's `d · (q - 16)`): the scales and integers are copied, so the
-    /// weights are the file's, with no second rounding.
-    pub fn from_gguf(source: Int8Source, raw: &[u8], n: usize, k: usize) -> Self {
+    /// Packs GGUF tensors whose blocks are already int8 with one scale per 32 (Q8_0) or fit in
+    /// int8 exactly (Q5_0's `d · (q - 16)`), stacked: `parts` are each tensor's block type and
+    /// rows in order, and `raw` their blocks end to end. The scales and integers are copied, so
+    /// the weights are the file's, with no second rounding, whichever types the stack mixes.
+    pub fn from_gguf(parts: &[(Int8Source, usize)], raw: &[u8], k: usize) -> Self {
         assert!(
             k.is_multiple_of(BLOCK),
             "k = {k} is not a multiple of {BLOCK}"
         );
-        let (k_blocks, bytes) = (k / BLOCK, source.block_bytes());
+        let k_blocks = k / BLOCK;
+        let n: usize = parts.iter().map(|&(_, rows)| rows).sum();
+        let lengths = parts
+            .iter()
+            .map(|&(s, rows)| rows * k_blocks * s.block_bytes());
         assert_eq!(
             raw.len(),
-            n * k_blocks * bytes,
-            "{source:?} data does not match {n}x{k}"
+            lengths.clone().sum::<usize>(),
+            "{parts:?} data does not match {n}x{k}"
         );
         let empty = Tile {
             qs: [[128u8; 4 * TILE_N]; BLOCK / 4],
             scales: [f16::ZERO; TILE_N],
         };
         let mut tiles = vec![empty; n.div_ceil(TILE_N) * k_blocks];
-        for (i, block) in raw.chunks_exact(bytes).enumerate() {
-            let (row, kb) = (i / k_blocks, i % k_blocks);
-            let (t, r) = (row / TILE_N, row % TILE_N);
-            let tile = &mut tiles[t * k_blocks + kb];
-            tile.scales[r] = f16::from_le_bytes([block[0], block[1]]);
-            let q = source.integers(block);
-            for (e, q) in q.iter().enumerate() {
-                tile.qs[e / 4][r * 4 + e % 4] = (*q as i32 + 128) as u8;
+        let (mut first_row, mut at) = (0, 0);
+        for (&(source, rows), length) in parts.iter().zip(lengths) {
+            for (i, block) in raw[at..at + length]
+                .chunks_exact(source.block_bytes())
+                .enumerate()
+            {
+                let (row, kb) = (first_row + i / k_blocks, i % k_blocks);
+                let (t, r) = (row / TILE_N, row % TILE_N);
+                let tile = &mut tiles[t * k_blocks + kb];
+                tile.scales[r] = f16::from_le_bytes([block[0], block[1]]);
+                for (e, q) in source.integers(block).iter().enumerate() {
+                    tile.qs[e / 4][r * 4 + e % 4] = (*q as i32 + 128) as u8;
+                }
             }
+            (first_row, at) = (first_row + rows, at + length);
         }
         Self { n, k, tiles }
     }
@@ -190,11 +195,15 @@ impl super::packed_weight::FormatTile for Tile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{matmul_reference, matmul_with, Kernel, PackedWeight};
+    use crate::kernels::format_checks::{
+        assert_avx_vnni_code_matches_reference, assert_every_kernel_matches_reference,
+        assert_rows_do_not_depend_on_batch, random,
+    };
+    use crate::kernels::{matmul_reference, PackedWeight};
     use rand::{Rng, SeedableRng};
 
-    /// Q8_0 and Q5_0 blocks from ggml's own quantizer (through candle) are copied exactly:
-    /// every packed weight equals ggml's dequantization of it, bit for bit.
+    /// Q8_0 and Q5_0 blocks from ggml's own quantizer (through candle), alone and stacked
+    /// together, dequantize to exactly ggml's values.
     #[cfg(not(miri))]
     #[test]
     fn q8_0_and_q5_0_blocks_are_copied_exactly() {
@@ -204,6 +213,7 @@ mod tests {
         let data: Vec<f32> = (0..n * k).map(|_| rng.random_range(-2.0f32..2.0)).collect();
         let device = candle_core::Device::Cpu;
         let t = candle_core::Tensor::from_slice(&data, (n, k), &device).unwrap();
+        let mut stack = (Vec::new(), Vec::new(), Vec::new());
         for (dtype, source) in [
             (GgmlDType::Q8_0, Int8Source::Q8_0),
             (GgmlDType::Q5_0, Int8Source::Q5_0),
@@ -214,18 +224,24 @@ mod tests {
                 .and_then(|t| t.flatten_all())
                 .and_then(|t| t.to_vec1::<f32>())
                 .unwrap();
-            let w = Int8Weight::from_gguf(source, &q.data().unwrap(), n, k);
+            let raw = q.data().unwrap();
+            let w = Int8Weight::from_gguf(&[(source, n)], &raw, k);
             let mut row = vec![0f32; k];
             for r in 0..n {
                 w.dequantize_row(r, &mut row);
                 assert_eq!(row, want[r * k..(r + 1) * k], "{source:?} row {r}");
             }
+            stack.0.push((source, n));
+            stack.1.extend_from_slice(&raw);
+            stack.2.extend(want);
         }
-    }
-
-    fn random(len: usize, seed: u64) -> Vec<f32> {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+        let (parts, raw, want) = stack;
+        let w = Int8Weight::from_gguf(&parts, &raw, k);
+        let mut row = vec![0f32; k];
+        for r in 0..2 * n {
+            w.dequantize_row(r, &mut row);
+            assert_eq!(row, want[r * k..(r + 1) * k], "stacked row {r}");
+        }
     }
 
     fn f32_matmul(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
@@ -265,10 +281,6 @@ mod tests {
         (w, x, packed, q)
     }
 
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
-    }
-
     #[test]
     fn reference_is_close_to_f32() {
         for &(m, n, k) in SHAPES {
@@ -292,70 +304,19 @@ mod tests {
 
     #[test]
     fn every_kernel_is_bit_identical_to_the_reference() {
-        let kernels = Kernel::supported();
-        assert!(kernels.contains(&Kernel::Portable));
         for &(m, n, k) in SHAPES {
             let (_, _, packed, q) = inputs(m, n, k);
-            let mut slow = vec![0f32; m * n];
-            matmul_reference(&q, &packed, &mut slow);
-            for &kernel in &kernels {
-                // A canary past the end: no kernel writes beyond `m * n`.
-                let mut fast = vec![f32::NAN; m * n + 1];
-                matmul_with(kernel, &q, &packed, &mut fast);
-                assert_eq!(bits(&fast[..m * n]), bits(&slow), "{kernel} on {m}x{n}x{k}");
-                assert!(fast[m * n].is_nan(), "{kernel} wrote past {m}x{n}");
-            }
+            assert_every_kernel_matches_reference(&q, &packed, "int8");
         }
     }
 
     /// The AVX-VNNI kernel's code with the EVEX form of its instruction, on CPUs that have
     /// AVX-512 VNNI but not AVX-VNNI (where `every_kernel_…` cannot run it).
-    #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx_vnni_kernel_code_is_bit_identical_with_the_evex_instruction() {
-        if cfg!(miri)
-            || !(is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni")
-                && Kernel::Avx2.is_supported())
-        {
-            eprintln!("skipped: this CPU has no AVX-512 VL + VNNI");
-            return;
-        }
         for &(m, n, k) in SHAPES {
             let (_, _, packed, q) = inputs(m, n, k);
-            let mut slow = vec![0f32; m * n];
-            matmul_reference(&q, &packed, &mut slow);
-            let PackedWeight::Int8(w8) = &packed else {
-                unreachable!("from_f32 packs int8")
-            };
-            let mut fast = vec![f32::NAN; m * n];
-            // One call over all tiles, then tile by tile (how the tasks split them).
-            let n_tiles = n.div_ceil(TILE_N);
-            // SAFETY: the CPU has the features (checked above); `fast` holds `m * n` floats.
-            unsafe {
-                super::super::avx2::matmul_tiles_evex256(
-                    &q,
-                    &w8.tiles,
-                    n,
-                    0..n_tiles,
-                    fast.as_mut_ptr(),
-                )
-            };
-            assert_eq!(bits(&fast), bits(&slow), "{m}x{n}x{k}");
-            fast.fill(f32::NAN);
-            for t in 0..n_tiles {
-                // SAFETY: as above.
-                unsafe {
-                    super::super::avx2::matmul_tiles_evex256(
-                        &q,
-                        &w8.tiles,
-                        n,
-                        t..t + 1,
-                        fast.as_mut_ptr(),
-                    )
-                };
-            }
-            assert_eq!(bits(&fast), bits(&slow), "{m}x{n}x{k}, tile by tile");
+            assert_avx_vnni_code_matches_reference(&q, &packed, "int8");
         }
     }
 
@@ -368,24 +329,7 @@ mod tests {
             (77, 48, 576)
         };
         let w = PackedWeight::from_f32(&random(n * k, 3), n, k);
-        let x = random(m * k, 4);
-        let mut q = QuantizedRows::default();
-        q.quantize(&x, m, k);
-        for kernel in Kernel::supported() {
-            let mut all = vec![0f32; m * n];
-            matmul_with(kernel, &q, &w, &mut all);
-            for row in 0..m {
-                let mut one = QuantizedRows::default();
-                one.quantize(&x[row * k..(row + 1) * k], 1, k);
-                let mut out = vec![0f32; n];
-                matmul_with(kernel, &one, &w, &mut out);
-                assert_eq!(
-                    out,
-                    all[row * n..(row + 1) * n],
-                    "{kernel}: row {row} differs when batched"
-                );
-            }
-        }
+        assert_rows_do_not_depend_on_batch(&random(m * k, 4), m, k, &w);
     }
 
     #[test]

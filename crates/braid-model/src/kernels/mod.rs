@@ -8,7 +8,8 @@
 //!
 //! The module is organised by (instruction set × weight format). A weight format is a file that
 //! packs tiles of 16 output rows × 32 K values and holds the portable reference: int8 blocks
-//! ([`int8`], any GGUF type requantized) and 4-bit blocks ([`int4`], Q4_0, Q4_1 and Q4_K).
+//! ([`int8`], any GGUF type requantized), 4-bit blocks ([`int4`], Q4_0, Q4_1 and Q4_K) and
+//! 5-bit blocks ([`int5`], Q5_0, Q5_1 and Q5_K: the 4-bit tile plus a plane of fifth bits).
 //! An instruction set is a file (`avx512.rs`, `avx2.rs`, `neon.rs`) with one weight-stationary
 //! loop over tiles and rows, and one block function per format that says how a tile of that
 //! format meets the rows; [`PackedWeight`] dispatches on both. Float loops that the compiler vectorizes
@@ -24,7 +25,10 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(test)]
+mod format_checks;
 pub mod int4;
+pub mod int5;
 pub mod int8;
 mod lanes;
 #[cfg(target_arch = "aarch64")]
@@ -34,6 +38,7 @@ pub mod peak;
 mod quantized_rows;
 
 pub use int4::{Int4Source, Int4Weight};
+pub use int5::{Int5Source, Int5Weight};
 pub use int8::{Int8Source, Int8Weight};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use lanes::{Avx512Lanes, F16cLanes};

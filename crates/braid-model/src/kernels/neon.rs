@@ -16,6 +16,9 @@
 //! - int4 weights are nibbles 0..15, already valid signed bytes once a mask (`and 0x0F`) or a
 //!   shift (`ushr 4`) takes them out of their byte. For `smmla` the packed bytes are zipped
 //!   before they are unpacked: one zip then serves the low and the high nibbles.
+//! - int5 weights are those nibbles plus 16 where the tile's plane of fifth bits says so: 16
+//!   bits spread to 16 bytes (`dup`, `cmtst` against one bit per byte) and or-ed in, zipped
+//!   like the nibbles for `smmla`.
 //!
 //! The float epilogue is the reference's operations in its order (convert, scale product, fused
 //! multiply-add per block, and for int4 the fused multiply-add of the minimum by the
@@ -28,7 +31,8 @@
 //! intrinsics are not stable yet. The rest is stable NEON intrinsics (NEON is baseline on
 //! aarch64).
 
-use super::{int4, int8, QuantizedRows, BLOCK, TILE_N};
+use super::int4::Unpacked;
+use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
 use half::f16;
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -77,6 +81,13 @@ pub(super) trait Block {
 
     /// The tile's 16 weight minimums as f32, for a format that has them.
     fn mins(&self) -> Option<[float32x4_t; 4]>;
+
+    /// The block with one byte per weight, for a format that packs them tighter: a panel of
+    /// many rows then unpacks each block once instead of once per [`MR`] rows.
+    #[inline(always)]
+    fn unpacked(&self) -> Option<Unpacked> {
+        None
+    }
 }
 
 /// The dotprod kernel for the tiles `tiles`: writes exactly what the format's
@@ -131,44 +142,83 @@ unsafe fn matmul_tiles<const MMLA: bool, T: Block>(
     out: *mut f32,
 ) {
     let (m, kbs) = (x.m, x.k_blocks);
-    // As on x86: panels of rows meet every weight tile of the task; rows left over after the
-    // MR-row steps (and pairs) take narrower paths that compute each element in the same
-    // order, so a row's result does not depend on `m`.
+    let mut unpacked = Vec::new();
+    // As on x86: panels of rows meet every weight tile of the task, and a panel of many rows
+    // meets a packed format's blocks unpacked once.
     for panel in (0..m).step_by(MB) {
         let end = (panel + MB).min(m);
         for t in tiles.clone() {
             let tile_row = &weights[t * kbs..(t + 1) * kbs];
-            let valid = TILE_N.min(n - t * TILE_N);
-            let mut row = panel;
-            // Every call below has `row + rows <= end <= m`, `tile_row` = tile `t`'s `kbs`
-            // blocks and `valid` stopping at column `n`: what the row functions need, with
-            // `out` from our caller and the features our caller vouches for.
-            if MMLA {
-                while row + MR <= end {
-                    // SAFETY: see above; `MMLA` means the CPU has i8mm.
-                    unsafe {
-                        rows_tile_mmla::<T, { MR / 2 }>(x, tile_row, row, kbs, out, n, t, valid)
-                    };
-                    row += MR;
+            if end - panel >= UNPACK_ROWS {
+                // A loop, not an iterator's closure, which would not inherit the features.
+                unpacked.clear();
+                for block in tile_row {
+                    match block.unpacked() {
+                        Some(u) => unpacked.push(u),
+                        None => break,
+                    }
                 }
-                while row + 2 <= end {
-                    // SAFETY: as above.
-                    unsafe { rows_tile_mmla::<T, 1>(x, tile_row, row, kbs, out, n, t, valid) };
-                    row += 2;
-                }
-            } else {
-                while row + MR <= end {
-                    // SAFETY: see above.
-                    unsafe { rows_tile_sdot::<T, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
-                    row += MR;
+                if unpacked.len() == kbs {
+                    // SAFETY: as below, with the same blocks unpacked.
+                    unsafe { panel_tile::<MMLA, _>(x, &unpacked, panel..end, kbs, out, n, t) };
+                    continue;
                 }
             }
-            while row < end {
-                // SAFETY: see above.
-                unsafe { rows_tile_sdot::<T, 1, 2>(x, tile_row, row, kbs, out, n, t, valid) };
-                row += 1;
-            }
+            // SAFETY: `panel..end` are rows of `x`, `tile_row` is tile `t`'s `kbs` blocks, and
+            // `out` and the features are our caller's.
+            unsafe { panel_tile::<MMLA, T>(x, tile_row, panel..end, kbs, out, n, t) };
         }
+    }
+}
+
+/// Rows in a panel from which a packed format's blocks are unpacked once for the whole panel:
+/// a full panel, as on x86 (whose constant says why).
+const UNPACK_ROWS: usize = MB;
+
+/// The rows `rows` of a panel times weight tile `t` (whose blocks are `tile_row`): writes
+/// their columns from `16 · t` below `n`.
+///
+/// # Safety
+///
+/// As for [`matmul_tiles`]; `rows.end <= x.rows()`, `tile_row` is tile `t`'s `kbs` blocks.
+#[inline(always)]
+unsafe fn panel_tile<const MMLA: bool, T: Block>(
+    x: &QuantizedRows,
+    tile_row: &[T],
+    rows: std::ops::Range<usize>,
+    kbs: usize,
+    out: *mut f32,
+    n: usize,
+    t: usize,
+) {
+    let (mut row, end) = (rows.start, rows.end);
+    let valid = TILE_N.min(n - t * TILE_N);
+    // Rows left over after the MR-row steps (and pairs) take narrower paths that compute each
+    // element in the same order, so a row's result does not depend on `m`. Every call below
+    // has `row + rows <= end <= m`, `tile_row` = tile `t`'s `kbs` blocks and `valid` stopping
+    // at column `n`: what the row functions need, with `out` and the features from our caller.
+    if MMLA {
+        while row + MR <= end {
+            // SAFETY: see above; `MMLA` means the CPU has i8mm.
+            unsafe { rows_tile_mmla::<T, { MR / 2 }>(x, tile_row, row, kbs, out, n, t, valid) };
+            row += MR;
+        }
+        while row + 2 <= end {
+            // SAFETY: as above.
+            unsafe { rows_tile_mmla::<T, 1>(x, tile_row, row, kbs, out, n, t, valid) };
+            row += 2;
+        }
+    } else {
+        while row + MR <= end {
+            // SAFETY: see above.
+            unsafe { rows_tile_sdot::<T, MR, 1>(x, tile_row, row, kbs, out, n, t, valid) };
+            row += MR;
+        }
+    }
+    while row < end {
+        // SAFETY: see above.
+        unsafe { rows_tile_sdot::<T, 1, 2>(x, tile_row, row, kbs, out, n, t, valid) };
+        row += 1;
     }
 }
 
@@ -425,38 +475,99 @@ unsafe fn rows_tile_mmla<T: Block, const P: usize>(
     }
 }
 
-/// Quarter `v` of group `g` of an int8 tile (output rows `4v..4v + 4` × K values
-/// `4g..4g + 4`), as signed weights.
+/// Quarter `v` of group `g` of a block stored a byte per weight (`qs`, as the int8 tile lays
+/// it out: output rows `4v..4v + 4` × K values `4g..4g + 4`), as signed weights: stored +128
+/// (`OFFSET`, the int8 format) or as they are (an unpacked 4- or 5-bit block, below 32).
 #[inline(always)]
-fn signed_quarter(tile: &int8::Tile, g: usize, v: usize) -> int8x16_t {
+fn signed_quarter<const OFFSET: bool>(
+    qs: &[[u8; 4 * TILE_N]; BLOCK / 4],
+    g: usize,
+    v: usize,
+) -> int8x16_t {
     debug_assert!(g < BLOCK / 4 && v < 4);
     // SAFETY: `qs[g]` is 64 bytes, of which bytes `16v..16v + 16` are read (`v < 4`).
     unsafe {
-        let stored = vld1q_u8(tile.qs.get_unchecked(g).as_ptr().add(16 * v));
-        vreinterpretq_s8_u8(veorq_u8(stored, vdupq_n_u8(0x80)))
+        let stored = vld1q_u8(qs.get_unchecked(g).as_ptr().add(16 * v));
+        if OFFSET {
+            vreinterpretq_s8_u8(veorq_u8(stored, vdupq_n_u8(0x80)))
+        } else {
+            vreinterpretq_s8_u8(stored)
+        }
     }
 }
 
-/// Groups `4h + L` of one int8 block (`L` is the activation lane): every row's sums gain that
-/// group's products. Rows use accumulator set `L % A`.
+/// Groups `4h + L` of one block stored a byte per weight (`L` is the activation lane): every
+/// row's sums gain that group's products. Rows use accumulator set `L % A`.
 ///
 /// # Safety
 ///
 /// The CPU must support the dot product extension; `h < 2`.
 #[inline(always)]
-unsafe fn sdot_group<const L: i32, const R: usize, const A: usize>(
+unsafe fn sdot_group<const OFFSET: bool, const L: i32, const R: usize, const A: usize>(
     iacc: &mut [[[int32x4_t; 4]; R]; A],
-    tile: &int8::Tile,
+    qs: &[[u8; 4 * TILE_N]; BLOCK / 4],
     h: usize,
     act: &[[int8x16_t; 2]; R],
 ) {
     let g = 4 * h + L as usize;
     let set = &mut iacc[L as usize % A];
     for v in 0..4 {
-        let wv = signed_quarter(tile, g, v);
+        let wv = signed_quarter::<OFFSET>(qs, g, v);
         for (sums, act) in set.iter_mut().zip(act) {
             // SAFETY: the caller vouches for dotprod.
             sums[v] = unsafe { sdot_lane::<L>(sums[v], wv, act[h]) };
+        }
+    }
+}
+
+/// [`Block::sdot`] for a block stored a byte per weight (see [`signed_quarter`]).
+///
+/// # Safety
+///
+/// The CPU must support the dot product extension.
+#[inline(always)]
+unsafe fn byte_sdot<const OFFSET: bool, const R: usize, const A: usize>(
+    qs: &[[u8; 4 * TILE_N]; BLOCK / 4],
+    act: &[[int8x16_t; 2]; R],
+    iacc: &mut [[[int32x4_t; 4]; R]; A],
+) {
+    for h in 0..2 {
+        // SAFETY: the caller vouches for dotprod; `h < 2`.
+        unsafe {
+            sdot_group::<OFFSET, 0, R, A>(iacc, qs, h, act);
+            sdot_group::<OFFSET, 1, R, A>(iacc, qs, h, act);
+            sdot_group::<OFFSET, 2, R, A>(iacc, qs, h, act);
+            sdot_group::<OFFSET, 3, R, A>(iacc, qs, h, act);
+        }
+    }
+}
+
+/// [`Block::mmla`] for a block stored a byte per weight (see [`signed_quarter`]).
+///
+/// # Safety
+///
+/// The CPU must support i8mm.
+#[inline(always)]
+unsafe fn byte_mmla<const OFFSET: bool, const P: usize>(
+    qs: &[[u8; 4 * TILE_N]; BLOCK / 4],
+    act: &[[int8x16_t; 4]; P],
+    iacc: &mut [[int32x4_t; 8]; P],
+) {
+    for q in 0..BLOCK / 8 {
+        for v in 0..4 {
+            // Groups 2q and 2q + 1 hold K values 8q..8q + 8, four each per row: the 32-bit
+            // zips put each row's eight side by side.
+            let lo = vreinterpretq_s32_s8(signed_quarter::<OFFSET>(qs, 2 * q, v));
+            let hi = vreinterpretq_s32_s8(signed_quarter::<OFFSET>(qs, 2 * q + 1, v));
+            // SAFETY: register shuffles (NEON is baseline); the caller vouches for i8mm.
+            unsafe {
+                let w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
+                let w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
+                for (sums, act) in iacc.iter_mut().zip(act) {
+                    sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
+                    sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
+                }
+            }
         }
     }
 }
@@ -468,15 +579,8 @@ impl Block for int8::Tile {
         act: &[[int8x16_t; 2]; R],
         iacc: &mut [[[int32x4_t; 4]; R]; A],
     ) {
-        for h in 0..2 {
-            // SAFETY: the caller vouches for dotprod; `h < 2`.
-            unsafe {
-                sdot_group::<0, R, A>(iacc, self, h, act);
-                sdot_group::<1, R, A>(iacc, self, h, act);
-                sdot_group::<2, R, A>(iacc, self, h, act);
-                sdot_group::<3, R, A>(iacc, self, h, act);
-            }
-        }
+        // SAFETY: the caller vouches for dotprod.
+        unsafe { byte_sdot::<true, R, A>(&self.qs, act, iacc) }
     }
 
     #[inline(always)]
@@ -485,23 +589,8 @@ impl Block for int8::Tile {
         act: &[[int8x16_t; 4]; P],
         iacc: &mut [[int32x4_t; 8]; P],
     ) {
-        for q in 0..BLOCK / 8 {
-            for v in 0..4 {
-                // Groups 2q and 2q + 1 hold K values 8q..8q + 8, four each per row: the 32-bit
-                // zips put each row's eight side by side.
-                let lo = vreinterpretq_s32_s8(signed_quarter(self, 2 * q, v));
-                let hi = vreinterpretq_s32_s8(signed_quarter(self, 2 * q + 1, v));
-                // SAFETY: register shuffles (NEON is baseline); the caller vouches for i8mm.
-                unsafe {
-                    let w01 = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
-                    let w23 = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
-                    for (sums, act) in iacc.iter_mut().zip(act) {
-                        sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
-                        sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
-                    }
-                }
-            }
-        }
+        // SAFETY: the caller vouches for i8mm.
+        unsafe { byte_mmla::<true, P>(&self.qs, act, iacc) }
     }
 
     #[inline(always)]
@@ -515,6 +604,54 @@ impl Block for int8::Tile {
     }
 }
 
+impl Block for Unpacked {
+    #[inline(always)]
+    unsafe fn sdot<const R: usize, const A: usize>(
+        &self,
+        act: &[[int8x16_t; 2]; R],
+        iacc: &mut [[[int32x4_t; 4]; R]; A],
+    ) {
+        // SAFETY: the caller vouches for dotprod.
+        unsafe { byte_sdot::<false, R, A>(&self.qs, act, iacc) }
+    }
+
+    #[inline(always)]
+    unsafe fn mmla<const P: usize>(
+        &self,
+        act: &[[int8x16_t; 4]; P],
+        iacc: &mut [[int32x4_t; 8]; P],
+    ) {
+        // SAFETY: the caller vouches for i8mm.
+        unsafe { byte_mmla::<false, P>(&self.qs, act, iacc) }
+    }
+
+    #[inline(always)]
+    fn scales(&self) -> [float32x4_t; 4] {
+        widen_halves(&self.scales)
+    }
+
+    #[inline(always)]
+    fn mins(&self) -> Option<[float32x4_t; 4]> {
+        Some(widen_halves(&self.mins))
+    }
+}
+
+/// The 4-bit tile's block (with a 5-bit tile's plane of fifth bits, if `high` holds it) as
+/// one byte per weight.
+#[inline(always)]
+fn unpack_nibbles(tile: &int4::Tile, high: Option<&[u64; BLOCK / 4]>) -> Unpacked {
+    let mut out = Unpacked::empty(tile, high.is_some());
+    for p in 0..BLOCK / 8 {
+        for v in 0..4 {
+            for (w, g) in nibble_quarters(tile, high, p, v) {
+                // SAFETY: the store is 16 bytes of `out.qs[g]`'s 64 (`v < 4`).
+                unsafe { vst1q_u8(out.qs[g].as_mut_ptr().add(16 * v), w) };
+            }
+        }
+    }
+    out
+}
+
 /// Quarter `v` of packed group `p` of an int4 tile: output rows `4v..4v + 4`, 4 bytes each,
 /// with K values `4p..4p + 4` in the low nibbles and `16 + 4p..16 + 4p + 4` in the high ones.
 #[inline(always)]
@@ -524,10 +661,57 @@ fn packed_quarter(tile: &int4::Tile, p: usize, v: usize) -> uint8x16_t {
     unsafe { vld1q_u8(bytes.as_ptr()) }
 }
 
-/// Packed group `L` of one int4 block: its low nibbles (K `4L..4L + 4`) meet lane `L` of the
-/// activations' first 16 bytes, its high nibbles (K `16 + 4L..`) lane `L` of the last 16.
-/// Nibble half `h` uses accumulator set `(2L + h) % A`: the two halves of a load feed the same
-/// rows, and with two sets they do not wait on each other.
+/// 16 fifth bits as bytes: byte `i` is 16 where bit `i` of `bits` is set, else 0.
+#[inline(always)]
+fn fifth_bits(bits: u16) -> uint8x16_t {
+    // SAFETY: register arithmetic (NEON is baseline on aarch64).
+    unsafe {
+        let spread = vcombine_u8(vdup_n_u8(bits as u8), vdup_n_u8((bits >> 8) as u8));
+        let select = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+        vandq_u8(vtstq_u8(spread, select), vdupq_n_u8(16))
+    }
+}
+
+/// Quarter `v` of group `g` of a 5-bit tile's plane of fifth bits, as bytes of 0 or 16 laid out
+/// as [`packed_quarter`]'s (output rows `4v..4v + 4`, 4 K values each).
+#[inline(always)]
+fn fifth_quarter(high: &[u64; BLOCK / 4], g: usize, v: usize) -> uint8x16_t {
+    fifth_bits((high[g] >> (16 * v)) as u16)
+}
+
+/// `w` with its fifth bits added when the tile has them.
+#[inline(always)]
+fn with_fifth(w: uint8x16_t, fifth: Option<uint8x16_t>) -> uint8x16_t {
+    // SAFETY: register arithmetic (NEON is baseline on aarch64).
+    fifth.map_or(w, |f| unsafe { vorrq_u8(w, f) })
+}
+
+/// Quarter `v` of packed group `p` of a 4-bit block as the weights (output rows `4v..4v + 4`)
+/// of groups `p` (K `4p..4p + 4`, the low nibbles) and `p + 4` (K `16 + 4p..`, the high ones),
+/// each with 16 added where a 5-bit tile's plane of fifth bits `high` says so.
+#[inline(always)]
+fn nibble_quarters(
+    tile: &int4::Tile,
+    high: Option<&[u64; BLOCK / 4]>,
+    p: usize,
+    v: usize,
+) -> [(uint8x16_t, usize); 2] {
+    let packed = packed_quarter(tile, p, v);
+    // SAFETY: register arithmetic (NEON is baseline on aarch64).
+    let halves = unsafe {
+        [
+            (vandq_u8(packed, vdupq_n_u8(0x0F)), p),
+            (vshrq_n_u8::<4>(packed), p + 4),
+        ]
+    };
+    halves.map(|(w, g)| (with_fifth(w, high.map(|high| fifth_quarter(high, g, v))), g))
+}
+
+/// Packed group `L` of one block of a 4-bit tile, or of a 5-bit one when `high` holds its plane
+/// of fifth bits: its low nibbles (K `4L..4L + 4`) meet lane `L` of the activations' first 16
+/// bytes, its high nibbles (K `16 + 4L..`) lane `L` of the last 16. Nibble half `h` uses
+/// accumulator set `(2L + h) % A`: the two halves of a load feed the same rows, and with two
+/// sets they do not wait on each other.
 ///
 /// # Safety
 ///
@@ -536,18 +720,105 @@ fn packed_quarter(tile: &int4::Tile, p: usize, v: usize) -> uint8x16_t {
 unsafe fn sdot_nibbles<const L: i32, const R: usize, const A: usize>(
     iacc: &mut [[[int32x4_t; 4]; R]; A],
     tile: &int4::Tile,
+    high: Option<&[u64; BLOCK / 4]>,
     act: &[[int8x16_t; 2]; R],
 ) {
+    let l = L as usize;
     for v in 0..4 {
-        let packed = packed_quarter(tile, L as usize, v);
-        // SAFETY: register arithmetic (NEON is baseline); the caller vouches for dotprod.
-        unsafe {
-            let halves = [vandq_u8(packed, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(packed)];
-            for (h, w) in halves.into_iter().enumerate() {
+        for (h, (w, _)) in nibble_quarters(tile, high, l, v).into_iter().enumerate() {
+            // SAFETY: register arithmetic (NEON is baseline); the caller vouches for dotprod.
+            unsafe {
                 let w = vreinterpretq_s8_u8(w);
-                let set = &mut iacc[(2 * L as usize + h) % A];
+                let set = &mut iacc[(2 * l + h) % A];
                 for (sums, act) in set.iter_mut().zip(act) {
                     sums[v] = sdot_lane::<L>(sums[v], w, act[h]);
+                }
+            }
+        }
+    }
+}
+
+/// [`Block::sdot`] for a 4-bit tile, or a 5-bit one when `high` holds its plane of fifth bits.
+///
+/// # Safety
+///
+/// The CPU must support the dot product extension.
+#[inline(always)]
+unsafe fn nibble_sdot<const R: usize, const A: usize>(
+    tile: &int4::Tile,
+    high: Option<&[u64; BLOCK / 4]>,
+    act: &[[int8x16_t; 2]; R],
+    iacc: &mut [[[int32x4_t; 4]; R]; A],
+) {
+    // SAFETY: the caller vouches for dotprod.
+    unsafe {
+        sdot_nibbles::<0, R, A>(iacc, tile, high, act);
+        sdot_nibbles::<1, R, A>(iacc, tile, high, act);
+        sdot_nibbles::<2, R, A>(iacc, tile, high, act);
+        sdot_nibbles::<3, R, A>(iacc, tile, high, act);
+    }
+}
+
+/// [`Block::mmla`] for a 4-bit tile, or a 5-bit one when `high` holds its plane of fifth bits.
+///
+/// # Safety
+///
+/// The CPU must support i8mm.
+#[inline(always)]
+unsafe fn nibble_mmla<const P: usize>(
+    tile: &int4::Tile,
+    high: Option<&[u64; BLOCK / 4]>,
+    act: &[[int8x16_t; 4]; P],
+    iacc: &mut [[int32x4_t; 8]; P],
+) {
+    // The 32-bit zip of two quarters, as for int8: each row's 8 bytes side by side.
+    let zip = |a: uint8x16_t, b: uint8x16_t| {
+        let (a, b) = (vreinterpretq_u32_u8(a), vreinterpretq_u32_u8(b));
+        // SAFETY: register shuffles (NEON is baseline on aarch64).
+        unsafe {
+            (
+                vreinterpretq_u8_u32(vzip1q_u32(a, b)),
+                vreinterpretq_u8_u32(vzip2q_u32(a, b)),
+            )
+        }
+    };
+    for p in 0..BLOCK / 16 {
+        for v in 0..4 {
+            // Packed groups 2p and 2p + 1 zipped: each row's 8 bytes hold K values 8p..8p + 8
+            // in their low nibbles (activations `q = p`) and 16 + 8p..16 + 8p + 8 in their high
+            // ones (`q = p + 2`). The fifth bits of groups 2p, 2p + 1 (low) and 2p + 4, 2p + 5
+            // (high) are zipped the same way.
+            let (z01, z23) = zip(
+                packed_quarter(tile, 2 * p, v),
+                packed_quarter(tile, 2 * p + 1, v),
+            );
+            let fifth = |g: usize| {
+                high.map(|high| zip(fifth_quarter(high, g, v), fifth_quarter(high, g + 1, v)))
+            };
+            // SAFETY: register arithmetic (NEON is baseline); the caller vouches for i8mm.
+            unsafe {
+                let nibble = vdupq_n_u8(0x0F);
+                let halves = [
+                    (
+                        p,
+                        vandq_u8(z01, nibble),
+                        vandq_u8(z23, nibble),
+                        fifth(2 * p),
+                    ),
+                    (
+                        p + 2,
+                        vshrq_n_u8::<4>(z01),
+                        vshrq_n_u8::<4>(z23),
+                        fifth(2 * p + 4),
+                    ),
+                ];
+                for (q, w01, w23, fifth) in halves {
+                    let w01 = vreinterpretq_s8_u8(with_fifth(w01, fifth.map(|f| f.0)));
+                    let w23 = vreinterpretq_s8_u8(with_fifth(w23, fifth.map(|f| f.1)));
+                    for (sums, act) in iacc.iter_mut().zip(act) {
+                        sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
+                        sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
+                    }
                 }
             }
         }
@@ -562,12 +833,7 @@ impl Block for int4::Tile {
         iacc: &mut [[[int32x4_t; 4]; R]; A],
     ) {
         // SAFETY: the caller vouches for dotprod.
-        unsafe {
-            sdot_nibbles::<0, R, A>(iacc, self, act);
-            sdot_nibbles::<1, R, A>(iacc, self, act);
-            sdot_nibbles::<2, R, A>(iacc, self, act);
-            sdot_nibbles::<3, R, A>(iacc, self, act);
-        }
+        unsafe { nibble_sdot::<R, A>(self, None, act, iacc) }
     }
 
     #[inline(always)]
@@ -576,32 +842,8 @@ impl Block for int4::Tile {
         act: &[[int8x16_t; 4]; P],
         iacc: &mut [[int32x4_t; 8]; P],
     ) {
-        for p in 0..BLOCK / 16 {
-            for v in 0..4 {
-                // Packed groups 2p and 2p + 1 zipped as for int8: each row's 8 bytes hold K
-                // values 8p..8p + 8 in their low nibbles (activations `q = p`) and
-                // 16 + 8p..16 + 8p + 8 in their high ones (`q = p + 2`).
-                let a = vreinterpretq_u32_u8(packed_quarter(self, 2 * p, v));
-                let b = vreinterpretq_u32_u8(packed_quarter(self, 2 * p + 1, v));
-                // SAFETY: register arithmetic (NEON is baseline); the caller vouches for i8mm.
-                unsafe {
-                    let z01 = vreinterpretq_u8_u32(vzip1q_u32(a, b));
-                    let z23 = vreinterpretq_u8_u32(vzip2q_u32(a, b));
-                    let nibble = vdupq_n_u8(0x0F);
-                    let halves = [
-                        (p, vandq_u8(z01, nibble), vandq_u8(z23, nibble)),
-                        (p + 2, vshrq_n_u8::<4>(z01), vshrq_n_u8::<4>(z23)),
-                    ];
-                    for (q, w01, w23) in halves {
-                        let (w01, w23) = (vreinterpretq_s8_u8(w01), vreinterpretq_s8_u8(w23));
-                        for (sums, act) in iacc.iter_mut().zip(act) {
-                            sums[2 * v] = smmla(sums[2 * v], w01, act[q]);
-                            sums[2 * v + 1] = smmla(sums[2 * v + 1], w23, act[q]);
-                        }
-                    }
-                }
-            }
-        }
+        // SAFETY: the caller vouches for i8mm.
+        unsafe { nibble_mmla::<P>(self, None, act, iacc) }
     }
 
     #[inline(always)]
@@ -612,5 +854,47 @@ impl Block for int4::Tile {
     #[inline(always)]
     fn mins(&self) -> Option<[float32x4_t; 4]> {
         Some(widen_halves(&self.mins))
+    }
+
+    #[inline(always)]
+    fn unpacked(&self) -> Option<Unpacked> {
+        Some(unpack_nibbles(self, None))
+    }
+}
+
+impl Block for int5::Tile {
+    #[inline(always)]
+    unsafe fn sdot<const R: usize, const A: usize>(
+        &self,
+        act: &[[int8x16_t; 2]; R],
+        iacc: &mut [[[int32x4_t; 4]; R]; A],
+    ) {
+        // SAFETY: the caller vouches for dotprod.
+        unsafe { nibble_sdot::<R, A>(&self.low, Some(&self.high), act, iacc) }
+    }
+
+    #[inline(always)]
+    unsafe fn mmla<const P: usize>(
+        &self,
+        act: &[[int8x16_t; 4]; P],
+        iacc: &mut [[int32x4_t; 8]; P],
+    ) {
+        // SAFETY: the caller vouches for i8mm.
+        unsafe { nibble_mmla::<P>(&self.low, Some(&self.high), act, iacc) }
+    }
+
+    #[inline(always)]
+    fn scales(&self) -> [float32x4_t; 4] {
+        self.low.scales()
+    }
+
+    #[inline(always)]
+    fn mins(&self) -> Option<[float32x4_t; 4]> {
+        self.low.mins()
+    }
+
+    #[inline(always)]
+    fn unpacked(&self) -> Option<Unpacked> {
+        Some(unpack_nibbles(&self.low, Some(&self.high)))
     }
 }

@@ -3,12 +3,14 @@
 //!
 //! Why more than one format: a decode step reads every weight once, so a single sequence is
 //! bound by the bytes the weights take. 4-bit tensors (Q4_0, Q4_1, Q4_K) keep their 4 bits and
-//! their own scales ([`Int4Weight`], 0.625 bytes per weight); everything else is requantized to int8
-//! blocks ([`Int8Weight`], 1.125 bytes per weight). Both formats share the tile shape (16 output
+//! their own scales ([`Int4Weight`], 0.625 bytes per weight), 5-bit ones (Q5_0, Q5_1, Q5_K)
+//! their 5 ([`Int5Weight`], 0.75 bytes per weight); everything else goes to int8 blocks
+//! ([`Int8Weight`], 1.0625 bytes per weight). The formats share the tile shape (16 output
 //! rows × 32 K values), the activations ([`QuantizedRows`]) and the way a matmul is split over
 //! the cores, so each kernel file adds only how one block of a format meets the rows.
 
 use super::int4::Int4Weight;
+use super::int5::Int5Weight;
 use super::int8::Int8Weight;
 use super::{Kernel, QuantizedRows, TILE_N};
 use crate::send_ptr::SendPtr;
@@ -17,6 +19,7 @@ use rayon::prelude::*;
 pub enum PackedWeight {
     Int8(Int8Weight),
     Int4(Int4Weight),
+    Int5(Int5Weight),
 }
 
 impl PackedWeight {
@@ -29,6 +32,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Int8(w) => w.n,
             PackedWeight::Int4(w) => w.n,
+            PackedWeight::Int5(w) => w.n,
         }
     }
 
@@ -36,6 +40,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Int8(w) => w.k,
             PackedWeight::Int4(w) => w.k,
+            PackedWeight::Int5(w) => w.k,
         }
     }
 
@@ -44,6 +49,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Int8(_) => "int8",
             PackedWeight::Int4(_) => "int4",
+            PackedWeight::Int5(_) => "int5",
         }
     }
 
@@ -52,6 +58,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Int8(w) => w.size_in_bytes(),
             PackedWeight::Int4(w) => w.size_in_bytes(),
+            PackedWeight::Int5(w) => w.size_in_bytes(),
         }
     }
 
@@ -61,6 +68,7 @@ impl PackedWeight {
         match self {
             PackedWeight::Int8(w) => w.dequantize_row(row, out),
             PackedWeight::Int4(w) => w.dequantize_row(row, out),
+            PackedWeight::Int5(w) => w.dequantize_row(row, out),
         }
     }
 }
@@ -100,6 +108,7 @@ pub fn matmul_with(kernel: Kernel, x: &QuantizedRows, w: &PackedWeight, out: &mu
             match w {
                 PackedWeight::Int8(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
                 PackedWeight::Int4(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
+                PackedWeight::Int5(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
             }
         }
     });
@@ -118,6 +127,9 @@ pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
                 FormatTile::reference_tiles(x, &w.tiles, w.n, tiles, out.as_mut_ptr())
             }
             PackedWeight::Int4(w) => {
+                FormatTile::reference_tiles(x, &w.tiles, w.n, tiles, out.as_mut_ptr())
+            }
+            PackedWeight::Int5(w) => {
                 FormatTile::reference_tiles(x, &w.tiles, w.n, tiles, out.as_mut_ptr())
             }
         }
