@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs braid-model's unsafe code under Miri: the int8 matmul, the KV pool and attention. Miri
+# Runs braid-kernels' unsafe code under Miri: the int8 matmul, the KV pool and attention. Miri
 # catches what the compiler does not: aliasing violations, out-of-bounds pointer arithmetic,
 # data races between rayon tasks, reads of uninitialized memory. The set stays small enough to
 # run in a few minutes; the tests shrink their sizes under Miri.
@@ -27,5 +27,5 @@ export MIRIFLAGS="${MIRIFLAGS:--Zmiri-num-cpus=2 -Zmiri-tree-borrows -Zmiri-perm
 # RUSTFLAGS replaces the config's rustflags (a `--config` value would be added to them).
 # exp_approx's test holds no unsafe code, and checks against std's `exp`, which Miri makes
 # deliberately imprecise.
-RUSTFLAGS="-C target-cpu=x86-64" cargo +nightly miri test -p braid-model --lib -- \
-    kernels:: kv_pool:: attention:: --skip exp_approx_is_within_a_few_ulp
+RUSTFLAGS="-C target-cpu=x86-64" cargo +nightly miri test -p braid-kernels --lib -- \
+    --skip exp_approx_is_within_a_few_ulp

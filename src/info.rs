@@ -2,7 +2,7 @@
 //! would serve: the version, the CPU and its vector features, every kernel and which one is
 //! chosen (and why), the compute threads, and the model's shape.
 
-use braid_model::kernels::{self, Kernel};
+use braid_kernels::{self as kernels, Kernel};
 use braid_model::LoadedModel;
 use serde_json::{json, Value};
 use std::path::Path;

@@ -4,7 +4,8 @@ mod info;
 
 use braid_model::engine_bench::EngineBenchOptions;
 use braid_model::generate::{generate, GenerateOptions};
-use braid_model::{ChatMessage, IncrementalDecoder, LoadedModel, SamplingParams};
+use braid_model::{LoadedModel, SamplingParams};
+use braid_text::{ChatMessage, IncrementalDecoder};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsStr;
 use std::io::{IsTerminal, Write};
@@ -80,7 +81,7 @@ enum Command {
         /// Compute with this kernel instead of the fastest this CPU has (overrides
         /// BRAID_KERNEL); refused if the CPU cannot run it. One run measures one kernel.
         #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(
-            braid_model::kernels::Kernel::ALL.map(braid_model::kernels::Kernel::name)
+            braid_kernels::Kernel::ALL.map(braid_kernels::Kernel::name)
         ))]
         kernel: Option<String>,
         /// Print the report as JSON.
@@ -215,10 +216,10 @@ fn run() -> anyhow::Result<()> {
         Command::BenchEngine {
             kernel: Some(name), ..
         } => {
-            braid_model::kernels::select(Some(name))?;
+            braid_kernels::select(Some(name))?;
         }
         _ => {
-            braid_model::kernels::select_from_env()?;
+            braid_kernels::select_from_env()?;
         }
     }
     match cli.command {

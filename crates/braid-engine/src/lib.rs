@@ -30,7 +30,7 @@
 //! value and each request's milestones as [`RequestEvent`]s to an [`EngineObserver`] the
 //! server supplies, which turns them into metrics and the live dashboard.
 
-mod calibrate;
+mod calibration_run;
 pub mod compute_pool;
 mod config;
 mod engine;

@@ -6,8 +6,9 @@
 //! sequence. The request's tracing span comes along, so the engine's log lines about it
 //! carry the id and endpoint the server gave it.
 
-use braid_model::{Sampled, SamplingParams, TokenConstraint};
+use braid_model::{Sampled, SamplingParams};
 use braid_sched::{AddError, FinishReason};
+use braid_text::TokenConstraint;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 

@@ -7,58 +7,11 @@
 //! is written once and reads the fields instead of being copied per family.
 
 use crate::error::{ModelError, Result};
+use braid_kernels::KvShape;
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::path::Path;
 
-/// The architectures braid runs, by their GGUF `general.architecture` name.
-pub const SUPPORTED_ARCHITECTURES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Architecture {
-    Llama,
-    Qwen2,
-    Qwen3,
-    Gemma3,
-}
-
-impl Architecture {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Llama => "llama",
-            Self::Qwen2 => "qwen2",
-            Self::Qwen3 => "qwen3",
-            Self::Gemma3 => "gemma3",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "llama" => Self::Llama,
-            "qwen2" => Self::Qwen2,
-            "qwen3" => Self::Qwen3,
-            "gemma3" => Self::Gemma3,
-            _ => return None,
-        })
-    }
-}
-
-/// Which dimensions rope rotates together. llama.cpp's converter permutes llama's Q and K so
-/// that pairs are adjacent; the other families keep Hugging Face's halves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// `(x[2i], x[2i+1])`.
-    Adjacent,
-    /// `(x[i], x[i + d/2])` (GPT-NeoX).
-    Halves,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU: `silu(gate) · up`.
-    Silu,
-    /// GeGLU with GELU's tanh approximation: `gelu(gate) · up`.
-    GeluTanh,
-}
+pub use crate::architecture::{Activation, Architecture, RopeStyle};
 
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -114,7 +67,7 @@ impl ModelConfig {
         let Some(architecture) = Architecture::from_name(&arch_name) else {
             return Err(unsupported(format!(
                 "architecture `{arch_name}`; braid runs {}",
-                SUPPORTED_ARCHITECTURES.map(|a| format!("`{a}`")).join(", ")
+                Architecture::names()
             )));
         };
         let key = |k: &str| format!("{arch_name}.{k}");
@@ -181,9 +134,9 @@ impl ModelConfig {
         };
         let num_layers = int("block_count")?;
         let rope_base = float("rope.freq_base").unwrap_or(10_000.0);
-        let gemma = architecture == Architecture::Gemma3;
+        let flags = architecture.flags();
         let sliding_window = match int("attention.sliding_window") {
-            Ok(size) if size > 0 && gemma => Some(SlidingWindow {
+            Ok(size) if size > 0 && flags.sliding_window => Some(SlidingWindow {
                 size,
                 layers: sliding_layers(get("attention.sliding_window_pattern"), num_layers),
                 rope_base: float("rope.freq_base_swa").unwrap_or(10_000.0),
@@ -211,17 +164,14 @@ impl ModelConfig {
             context_length: int("context_length").unwrap_or(2048),
             rope_base,
             rope_scale,
-            rope_style: match architecture {
-                Architecture::Llama => RopeStyle::Adjacent,
-                _ => RopeStyle::Halves,
-            },
+            rope_style: flags.rope_style,
             rms_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-5),
-            activation: if gemma {
-                Activation::GeluTanh
+            activation: flags.activation,
+            embedding_scale: if flags.scaled_embedding {
+                (hidden as f32).sqrt()
             } else {
-                Activation::Silu
+                1.0
             },
-            embedding_scale: if gemma { (hidden as f32).sqrt() } else { 1.0 },
             sliding_window,
             logit_softcap: float("final_logit_softcapping").filter(|&c| c > 0.0),
         })
@@ -269,7 +219,16 @@ impl ModelConfig {
 
     /// Elements of K and V one token occupies in the cache, all layers together.
     pub fn kv_floats_per_token(&self) -> usize {
-        2 * self.num_layers * self.kv_width()
+        self.kv_shape().floats_per_token()
+    }
+
+    /// What the KV pool stores per token: every layer's KV heads.
+    pub fn kv_shape(&self) -> KvShape {
+        KvShape {
+            num_layers: self.num_layers,
+            num_kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+        }
     }
 
     /// The window of layer `layer`'s keys, if it slides.
@@ -280,22 +239,16 @@ impl ModelConfig {
             .map(|w| w.size)
     }
 
-    /// Q, K and V carry biases (Qwen2).
     pub fn has_qkv_bias(&self) -> bool {
-        self.architecture == Architecture::Qwen2
+        self.architecture.flags().qkv_bias
     }
 
-    /// Each query and key head is RMS-normalized before rope (Qwen3, Gemma 3).
     pub fn has_qk_norm(&self) -> bool {
-        matches!(
-            self.architecture,
-            Architecture::Qwen3 | Architecture::Gemma3
-        )
+        self.architecture.flags().qk_norm
     }
 
-    /// Attention's and the MLP's outputs are normalized before the residual add (Gemma 3).
     pub fn has_post_norms(&self) -> bool {
-        self.architecture == Architecture::Gemma3
+        self.architecture.flags().post_norms
     }
 }
 
@@ -311,6 +264,12 @@ fn sliding_layers(pattern: Option<&Value>, num_layers: usize) -> Vec<bool> {
         .and_then(|v| v.to_u32().ok())
         .map_or(6, |n| n as usize);
     (0..num_layers).map(|i| n == 0 || i % n < n - 1).collect()
+}
+
+impl From<&ModelConfig> for KvShape {
+    fn from(cfg: &ModelConfig) -> Self {
+        cfg.kv_shape()
+    }
 }
 
 #[cfg(test)]
@@ -351,7 +310,10 @@ mod tests {
     #[test]
     fn an_unknown_architecture_is_named_with_the_supported_ones() {
         let err = config("mamba", &[]).unwrap_err().to_string();
-        for name in ["`mamba`", "m.gguf"].iter().chain(&SUPPORTED_ARCHITECTURES) {
+        for name in ["mamba", "m.gguf"]
+            .into_iter()
+            .chain(Architecture::ALL.map(Architecture::name))
+        {
             assert!(err.contains(name), "{err}");
         }
     }

@@ -1,9 +1,9 @@
 //! The engine alone, without HTTP or scheduler: prefill speed for one long prompt and decode
 //! speed for N sequences stepping together. Shared by `braid bench-engine` and `cargo bench`.
 
-use crate::kv_pool::KvPool;
 use crate::model::{BatchEntry, Workspace};
 use crate::LoadedModel;
+use braid_kernels::KvPool;
 use std::time::Instant;
 
 pub struct EngineBenchOptions {
@@ -51,15 +51,15 @@ fn output_layer_ms(m: &LoadedModel, rows: usize, repeats: usize) -> f64 {
     let x: Vec<f32> = (0..rows * cfg.hidden)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
-    let mut quant = crate::kernels::QuantizedRows::default();
+    let mut quant = braid_kernels::QuantizedRows::default();
     let mut logits = vec![0f32; rows * cfg.vocab_size];
     let times = (0..repeats)
         .map(|_| {
             let t = Instant::now();
             // As a step runs it: inside the compute pool, with the other threads awake.
-            crate::step_threads::run(|| {
+            braid_kernels::run_step(|| {
                 quant.quantize(&x, rows, cfg.hidden);
-                crate::kernels::matmul(&quant, m.model.weights.output(), &mut logits);
+                braid_kernels::matmul(&quant, m.model.weights.output(), &mut logits);
             });
             t.elapsed().as_secs_f64() * 1e3
         })
@@ -170,8 +170,8 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         output_layer.push((n, output_layer_ms(m, n, opts.decode_steps)));
     }
     let prefill_tokens_per_sec = median(prefill);
-    let kernel = crate::kernels::active();
-    let int8_peak_gops = crate::kernels::peak::int8_peak_gops(kernel, 20_000_000);
+    let kernel = braid_kernels::active();
+    let int8_peak_gops = braid_kernels::int8_peak::int8_peak_gops(kernel, 20_000_000);
     let prefill_gops =
         prefill_tokens_per_sec * 2.0 * m.model.weights.layer_multiply_adds() as f64 / 1e9;
     Ok(EngineBenchReport {

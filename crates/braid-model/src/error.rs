@@ -15,10 +15,8 @@ pub enum ModelError {
     Corrupt { path: PathBuf, reason: String },
     #[error("model file {path} is not supported: {reason}")]
     Unsupported { path: PathBuf, reason: String },
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
-    #[error("chat template: {0}")]
-    Template(String),
+    #[error(transparent)]
+    Text(#[from] braid_text::TextError),
     #[error("sequence of {len} tokens exceeds the model's context of {max} tokens")]
     ContextOverflow { len: usize, max: usize },
     #[error("invalid batch: {0}")]

@@ -2,10 +2,10 @@
 //! engine benchmark use, and the "alone" reference that batched results are tested against.
 
 use crate::error::{ModelError, Result};
-use crate::kv_pool::KvPool;
 use crate::model::{BatchEntry, Workspace};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::LoadedModel;
+use braid_kernels::KvPool;
 
 pub struct GenerateOptions {
     pub max_tokens: usize,

@@ -5,7 +5,7 @@
 //! one layer's weights would stay in cache and flatter every path.
 
 use crate::error::{candle_message, ModelError, Result};
-use crate::kernels::{matmul, PackedWeight, QuantizedRows};
+use braid_kernels::{matmul, PackedWeight, QuantizedRows};
 use candle_core::quantized::{gguf_file::Content, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use std::path::Path;

@@ -1,42 +1,32 @@
-//! braid's model engine: everything that touches weights.
+//! braid's model: a GGUF (llama, qwen2, qwen3 or gemma3) loaded into packed weights, and one
+//! forward pass over a step that mixes prompt slices and decode tokens of many sequences, each
+//! attending only to its own blocks of a shared, preallocated KV pool; then sampling.
 //!
-//! It loads a GGUF (llama, qwen2, qwen3 or gemma3), tokenizes and renders chat exactly as the
-//! model was trained, and runs one forward pass over a step that mixes prompt slices and decode tokens
-//! of many sequences, each attending only to its own blocks of a shared, preallocated KV pool.
-//! It knows nothing of requests, queues or HTTP: the scheduler decides what a step holds.
+//! The arithmetic lives in braid-kernels and the text side (tokenizer, chat template,
+//! constraints) in braid-text; this crate puts a model together from them. It knows nothing
+//! of requests, queues or HTTP: the scheduler decides what a step holds.
 
-pub mod attention;
-pub mod chat_template;
+pub mod architecture;
 pub mod config;
-pub mod constraint;
 pub mod engine_bench;
 pub mod error;
-pub mod gbnf;
 pub mod generate;
-pub mod hermes;
 pub mod hub;
 pub mod kernel_comparison;
-pub mod kernels;
-pub mod kv_pool;
 pub mod model;
 pub mod rope;
 pub mod sampling;
-mod send_ptr;
-mod step_threads;
 #[cfg(any(test, feature = "test-util"))]
 pub mod tiny_gguf;
-pub mod tokenizer;
 pub mod weights;
 
-pub use chat_template::{ChatMessage, ChatTemplate};
+pub use braid_kernels::KvPool;
 pub use config::ModelConfig;
-pub use constraint::{Constraint, Grammars, TokenConstraint};
 pub use error::{ModelError, Result};
-pub use kv_pool::KvPool;
 pub use model::{BatchEntry, Model, Workspace};
 pub use sampling::{score_token, Sampled, Sampler, SamplingParams};
-pub use tokenizer::{IncrementalDecoder, NamedTokens, Tokenizer};
 
+use braid_text::{ChatTemplate, Grammars, Tokenizer};
 use candle_core::quantized::gguf_file::Content;
 use std::path::{Path, PathBuf};
 

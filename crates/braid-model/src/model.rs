@@ -8,16 +8,17 @@
 //! largest matrix of a small model, and a prompt slice needs only its last row, if any, unless
 //! its prompt is being scored (`echo` with `logprobs`), which wants every row.
 
-use crate::attention::{
-    attend_group, combine, partial_len, parts_for, GroupTask, Scratch, ROW_TILE,
-};
 use crate::config::{Activation, ModelConfig};
 use crate::error::{ModelError, Result};
-use crate::kernels::{self, matmul, QuantizedRows};
-use crate::kv_pool::KvPool;
 use crate::rope::Rope;
-use crate::send_ptr::SendPtr;
 use crate::weights::Weights;
+use braid_kernels::attention::{
+    attend_group, combine, partial_len, parts_for, GroupTask, Scratch, ROW_TILE,
+};
+use braid_kernels::parallel_rows::for_rows;
+use braid_kernels::KvPool;
+use braid_kernels::SendPtr;
+use braid_kernels::{self as kernels, matmul, QuantizedRows};
 use rayon::prelude::*;
 
 pub struct Model {
@@ -154,7 +155,7 @@ impl Model {
         // A step runs ~150 parallel loops. Started from a thread outside the compute pool, each
         // would hand its work over and sleep until it is done (two thread wake-ups per loop,
         // ~1 ms per decode step); started from inside, the pool's threads only share work.
-        crate::step_threads::run(|| self.forward_in_pool(batch, kv, ws))
+        braid_kernels::run_step(|| self.forward_in_pool(batch, kv, ws))
     }
 
     /// The step's sequential loops (norms, rope, activations, quantizing them, cache writes)
@@ -166,46 +167,12 @@ impl Model {
         kv: &mut KvPool,
         ws: &'w mut Workspace,
     ) -> Result<&'w [f32]> {
-        let kernel = kernels::active();
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the active kernel is one this CPU runs, so it has AVX-512 F/BW/VL.
-            kernels::Kernel::Avx512Vnni => unsafe { self.forward_avx512(batch, kv, ws) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the active kernel is one this CPU runs, so it has AVX2, FMA and F16C.
-            kernels::Kernel::AvxVnni | kernels::Kernel::Avx2 => unsafe {
-                self.forward_avx2(batch, kv, ws)
-            },
-            _ => self.forward_steps(batch, kv, ws),
-        }
-    }
-
-    /// # Safety
-    ///
-    /// The CPU must have AVX-512 F/BW/VL, AVX2, FMA and F16C.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-    unsafe fn forward_avx512<'w>(
-        &self,
-        batch: &[BatchEntry],
-        kv: &mut KvPool,
-        ws: &'w mut Workspace,
-    ) -> Result<&'w [f32]> {
-        self.forward_steps(batch, kv, ws)
-    }
-
-    /// # Safety
-    ///
-    /// The CPU must have AVX2, FMA and F16C.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn forward_avx2<'w>(
-        &self,
-        batch: &[BatchEntry],
-        kv: &mut KvPool,
-        ws: &'w mut Workspace,
-    ) -> Result<&'w [f32]> {
-        self.forward_steps(batch, kv, ws)
+        kernels::active().run_float_loops(ForwardSteps {
+            model: self,
+            batch,
+            kv,
+            ws,
+        })
     }
 
     #[inline(always)]
@@ -478,37 +445,21 @@ impl Model {
     }
 }
 
-/// Rows from which the step's row-wise loops (norms, rope, activations, residuals, quantizing)
-/// are split over the compute threads. A prompt slice has hundreds of rows, and run on one
-/// core these loops were a quarter of prefill's time while the other core waited; a decode
-/// step's few rows cost less than handing them over.
-pub(crate) const PARALLEL_ROWS: usize = 16;
-
-/// Rows per task when `rows` rows are split: four tasks a thread, so a core slowed by a
-/// neighbour hands some of its share to the other.
-pub(crate) fn rows_per_task(rows: usize) -> usize {
-    rows.div_ceil(4 * rayon::current_num_threads())
+/// One forward, as code to compile for the kernel's float loops.
+struct ForwardSteps<'a, 'w> {
+    model: &'a Model,
+    batch: &'a [BatchEntry<'a>],
+    kv: &'a mut KvPool,
+    ws: &'w mut Workspace,
 }
 
-/// `f(row, out_row)` for each `width`-wide row of `out`, over the compute threads when there
-/// are many rows. Each row is computed alike either way.
-#[inline(always)]
-fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    let rows = out.len() / width;
-    if rows < PARALLEL_ROWS {
-        out.chunks_exact_mut(width)
-            .enumerate()
-            .for_each(|(r, o)| f(r, o));
-        return;
+impl<'w> kernels::FloatLoops for ForwardSteps<'_, 'w> {
+    type Output = Result<&'w [f32]>;
+
+    #[inline(always)]
+    unsafe fn run<L: kernels::Lanes>(self) -> Self::Output {
+        self.model.forward_steps(self.batch, self.kv, self.ws)
     }
-    let per_task = rows_per_task(rows);
-    out.par_chunks_mut(per_task * width)
-        .enumerate()
-        .for_each(|(task, chunk)| {
-            for (i, o) in chunk.chunks_exact_mut(width).enumerate() {
-                f(task * per_task + i, o);
-            }
-        });
 }
 
 #[inline(always)]

@@ -6,7 +6,7 @@
 //! output does not depend on what else runs in the same step. Reported logprobs are those of
 //! the model's raw distribution, before any of the request's adjustments.
 
-use crate::constraint::TokenConstraint;
+use braid_text::TokenConstraint;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;

@@ -4,78 +4,23 @@
 //! llama.cpp also runs, for the architecture tests against its outputs; and llama files in any
 //! mix of tensor types ([`TinyModel::llama_typed`]). Deterministic for a given seed.
 
+use crate::architecture::Architecture;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use std::path::Path;
 
-pub const SPECIAL_TOKENS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+pub use braid_text::tiny_vocab::SPECIAL_TOKENS;
 pub const HIDDEN: usize = 64;
 pub const LAYERS: usize = 2;
 pub const CONTEXT: usize = 512;
 
-/// GPT-2's byte-to-character map, in byte order.
-fn byte_chars() -> Vec<char> {
-    let printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
-        .chain(0xA1..=0xAC)
-        .chain(0xAE..=0xFF)
-        .collect();
-    let mut extra = 0;
-    (0..=255u32)
-        .map(|b| {
-            if printable.contains(&b) {
-                char::from_u32(b).unwrap()
-            } else {
-                extra += 1;
-                char::from_u32(255 + extra).unwrap()
-            }
-        })
-        .collect()
-}
-
-struct Vocabulary {
-    tokens: Vec<String>,
-    merges: Vec<String>,
-    types: Vec<i32>,
-}
-
-/// The three ChatML specials (ids 0–2), then one token per byte, then a few merged tokens.
-fn vocabulary() -> Vocabulary {
-    let chars = byte_chars();
-    let mut tokens: Vec<String> = SPECIAL_TOKENS.iter().map(|s| s.to_string()).collect();
-    tokens.extend(chars.iter().map(|c| c.to_string()));
-    let merges = vec![
-        format!("{} t", chars[b' ' as usize]),
-        "h e".to_string(),
-        "t he".to_string(),
-    ];
-    tokens.extend([
-        format!("{}t", chars[b' ' as usize]),
-        "he".into(),
-        "the".into(),
-    ]);
-    let mut types = vec![3i32; SPECIAL_TOKENS.len()];
-    types.resize(tokens.len(), 1);
-    Vocabulary {
-        tokens,
-        merges,
-        types,
-    }
-}
-
-const CHAT_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
-
-/// Writes the model to `path`. Vocabulary: the three ChatML specials (ids 0–2), then one token
+/// Writes the model to `path`, with the tokenizer of `braid_text::tiny_vocab`: the three ChatML specials (ids 0–2), then one token
 /// per byte, then a few merged tokens.
 pub fn write(path: &Path, seed: u64) -> candle_core::Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let Vocabulary {
-        tokens,
-        merges,
-        types,
-    } = vocabulary();
-    let vocab = tokens.len();
+    let vocab = braid_text::tiny_vocab::size();
 
     let (h, ffn, heads, kv_heads) = (HIDDEN, 128usize, 4usize, 2usize);
     let kv = kv_heads * (h / heads);
@@ -111,36 +56,37 @@ pub fn write(path: &Path, seed: u64) -> candle_core::Result<()> {
         tensors.push((p("ffn_down"), mat(h, ffn, 0.3)?));
     }
 
-    let strings = |v: &[String]| Value::Array(v.iter().map(|s| Value::String(s.clone())).collect());
-    let metadata: Vec<(&str, Value)> = vec![
-        ("general.architecture", Value::String("llama".into())),
-        ("general.name", Value::String("tiny-random-llama".into())),
-        ("llama.block_count", Value::U32(LAYERS as u32)),
-        ("llama.context_length", Value::U32(CONTEXT as u32)),
-        ("llama.embedding_length", Value::U32(h as u32)),
-        ("llama.feed_forward_length", Value::U32(ffn as u32)),
-        ("llama.attention.head_count", Value::U32(heads as u32)),
-        ("llama.attention.head_count_kv", Value::U32(kv_heads as u32)),
-        ("llama.rope.freq_base", Value::F32(10_000.0)),
-        ("llama.rope.dimension_count", Value::U32((h / heads) as u32)),
-        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-        ("llama.vocab_size", Value::U32(vocab as u32)),
-        ("tokenizer.ggml.model", Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre", Value::String("smollm".into())),
-        ("tokenizer.ggml.tokens", strings(&tokens)),
+    let mut metadata: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String("llama".into())),
         (
-            "tokenizer.ggml.token_type",
-            Value::Array(types.into_iter().map(Value::I32).collect()),
+            "general.name".into(),
+            Value::String("tiny-random-llama".into()),
         ),
-        ("tokenizer.ggml.merges", strings(&merges)),
-        ("tokenizer.ggml.bos_token_id", Value::U32(1)),
-        ("tokenizer.ggml.eos_token_id", Value::U32(2)),
+        ("llama.block_count".into(), Value::U32(LAYERS as u32)),
+        ("llama.context_length".into(), Value::U32(CONTEXT as u32)),
+        ("llama.embedding_length".into(), Value::U32(h as u32)),
+        ("llama.feed_forward_length".into(), Value::U32(ffn as u32)),
         (
-            "tokenizer.chat_template",
-            Value::String(CHAT_TEMPLATE.into()),
+            "llama.attention.head_count".into(),
+            Value::U32(heads as u32),
         ),
+        (
+            "llama.attention.head_count_kv".into(),
+            Value::U32(kv_heads as u32),
+        ),
+        ("llama.rope.freq_base".into(), Value::F32(10_000.0)),
+        (
+            "llama.rope.dimension_count".into(),
+            Value::U32((h / heads) as u32),
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon".into(),
+            Value::F32(1e-5),
+        ),
+        ("llama.vocab_size".into(), Value::U32(vocab as u32)),
     ];
-    let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    metadata.extend(braid_text::tiny_vocab::metadata());
+    let md: Vec<(&str, &Value)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path)?;
     gguf_file::write(&mut f, &md, &ts)
@@ -189,12 +135,19 @@ impl Arch {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
-    /// `general.architecture`: Llama 3 files say `llama`.
-    pub fn gguf_arch(self) -> &'static str {
+    /// The architecture the file declares: Llama 3 files say `llama`.
+    pub fn architecture(self) -> Architecture {
         match self {
-            Arch::Llama | Arch::Llama3 => "llama",
-            other => other.name(),
+            Arch::Llama | Arch::Llama3 => Architecture::Llama,
+            Arch::Qwen2 => Architecture::Qwen2,
+            Arch::Qwen3 => Architecture::Qwen3,
+            Arch::Gemma3 => Architecture::Gemma3,
         }
+    }
+
+    /// `general.architecture`.
+    pub fn gguf_arch(self) -> &'static str {
+        self.architecture().name()
     }
 }
 
@@ -324,7 +277,7 @@ impl TinyModel {
         let (h, d) = (shape.hidden, shape.head_dim);
         let (q_w, kv_w) = (shape.heads * d, shape.kv_heads * d);
         let q8 = GgmlDType::Q8_0;
-        let vocab = vocabulary().tokens.len();
+        let vocab = braid_text::tiny_vocab::size();
         // Chosen so that llama.cpp's next-token distributions are peaked (a clear top-1 at
         // most steps) without collapsing onto one token: a tied output makes a large
         // embedding predict the current token again (gemma3 scales it by √hidden on top),
@@ -354,6 +307,7 @@ impl TinyModel {
                 vector(llama3_rope_factors(d, rope_base))?,
             ));
         }
+        let flags = arch.architecture().flags();
         for i in 0..shape.layers {
             let p = |s: &str| format!("blk.{i}.{s}");
             tensors.push((p("attn_norm.weight"), fill.vector(h, 1.0, 0.5)?));
@@ -361,16 +315,16 @@ impl TinyModel {
             tensors.push((p("attn_k.weight"), fill.matrix(kv_w, h, 0.3, q8)?));
             tensors.push((p("attn_v.weight"), fill.matrix(kv_w, h, 0.3, q8)?));
             tensors.push((p("attn_output.weight"), fill.matrix(h, q_w, 0.3, q8)?));
-            if arch == Arch::Qwen2 {
+            if flags.qkv_bias {
                 tensors.push((p("attn_q.bias"), fill.vector(q_w, 0.0, 1.0)?));
                 tensors.push((p("attn_k.bias"), fill.vector(kv_w, 0.0, 1.0)?));
                 tensors.push((p("attn_v.bias"), fill.vector(kv_w, 0.0, 1.0)?));
             }
-            if matches!(arch, Arch::Qwen3 | Arch::Gemma3) {
+            if flags.qk_norm {
                 tensors.push((p("attn_q_norm.weight"), fill.vector(d, 1.0, 0.5)?));
                 tensors.push((p("attn_k_norm.weight"), fill.vector(d, 1.0, 0.5)?));
             }
-            if arch == Arch::Gemma3 {
+            if flags.post_norms {
                 tensors.push((p("post_attention_norm.weight"), fill.vector(h, 1.0, 0.5)?));
                 tensors.push((p("post_ffw_norm.weight"), fill.vector(h, 1.0, 0.5)?));
             }
@@ -393,7 +347,7 @@ impl TinyModel {
                 metadata.push((format!("{a}.attention.value_length"), Value::U32(d as u32)));
             }
         }
-        if arch == Arch::Gemma3 {
+        if flags.sliding_window {
             metadata.push((
                 format!("{a}.attention.sliding_window"),
                 Value::U32(GEMMA3_SLIDING_WINDOW as u32),
@@ -422,7 +376,7 @@ impl TinyModel {
         };
         let (h, f) = (shape.hidden, shape.ffn);
         let kv_w = shape.kv_heads * shape.head_dim;
-        let vocab = vocabulary().tokens.len();
+        let vocab = braid_text::tiny_vocab::size();
         let matrix = |fill: &mut Filler, name: String, rows, cols, scale| {
             let dtype = dtype_of(&name);
             fill.matrix(rows, cols, scale, dtype).map(|t| (name, t))
@@ -485,12 +439,6 @@ pub fn write_arch(path: &Path, arch: Arch, seed: u64) -> candle_core::Result<()>
 /// with `add_bos_token` off, so that llama.cpp evaluates a prompt of token ids as given.
 fn shape_metadata(s: &Shape, rope_base: f32, name: &str) -> Vec<(String, Value)> {
     let a = s.arch;
-    let Vocabulary {
-        tokens,
-        merges,
-        types,
-    } = vocabulary();
-    let strings = |v: &[String]| Value::Array(v.iter().map(|s| Value::String(s.clone())).collect());
     let u32 = |v: usize| Value::U32(v as u32);
     vec![
         ("general.architecture".into(), Value::String(a.into())),
@@ -509,20 +457,9 @@ fn shape_metadata(s: &Shape, rope_base: f32, name: &str) -> Vec<(String, Value)>
             format!("{a}.attention.layer_norm_rms_epsilon"),
             Value::F32(1e-6),
         ),
-        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        ("tokenizer.ggml.pre".into(), Value::String("smollm".into())),
-        ("tokenizer.ggml.tokens".into(), strings(&tokens)),
-        (
-            "tokenizer.ggml.token_type".into(),
-            Value::Array(types.into_iter().map(Value::I32).collect()),
-        ),
-        ("tokenizer.ggml.merges".into(), strings(&merges)),
-        ("tokenizer.ggml.bos_token_id".into(), Value::U32(1)),
-        ("tokenizer.ggml.eos_token_id".into(), Value::U32(2)),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
-        (
-            "tokenizer.chat_template".into(),
-            Value::String(CHAT_TEMPLATE.into()),
-        ),
     ]
+    .into_iter()
+    .chain(braid_text::tiny_vocab::metadata())
+    .collect()
 }

@@ -8,7 +8,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
-use crate::kernels::{
+use braid_kernels::{
     Int4Source, Int4Weight, Int5Source, Int5Weight, Int8Source, Int8Weight, PackedWeight,
 };
 use candle_core::quantized::gguf_file::Content;

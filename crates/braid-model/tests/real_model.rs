@@ -4,7 +4,8 @@
 mod common;
 
 use braid_model::generate::{generate, GenerateOptions};
-use braid_model::{BatchEntry, ChatMessage, KvPool, SamplingParams, Workspace};
+use braid_model::{BatchEntry, KvPool, SamplingParams, Workspace};
+use braid_text::ChatMessage;
 use common::{real_model, reference};
 
 #[test]
@@ -33,7 +34,7 @@ fn incremental_decoding_never_splits_a_character() {
         "emoji 🦀 and ü",
     ] {
         let ids = m.tokenizer.encode(text).unwrap();
-        let mut dec = braid_model::IncrementalDecoder::default();
+        let mut dec = braid_text::IncrementalDecoder::default();
         let mut out = String::new();
         for &id in &ids {
             let piece = dec.push(&m.tokenizer, id, true);

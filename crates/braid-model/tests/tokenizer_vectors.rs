@@ -7,7 +7,7 @@
 
 mod common;
 
-use braid_model::Tokenizer;
+use braid_text::Tokenizer;
 use candle_core::quantized::gguf_file::Content;
 use common::{real_model, workspace_root};
 use serde_json::Value;
@@ -133,7 +133,7 @@ fn gemma3_streaming_decode_never_splits_a_character() {
         "\u{0d}\n\t x",
     ] {
         let ids = t.encode(text).unwrap();
-        let mut dec = braid_model::IncrementalDecoder::default();
+        let mut dec = braid_text::IncrementalDecoder::default();
         let mut out = String::new();
         for &id in &ids {
             let piece = dec.push(&t, id, true);

@@ -269,8 +269,8 @@ impl ServeArgs {
 /// A `--chat-template FILE`'s source, checked to compile; the error names the flag and the file
 /// (`braid chat` takes the flag too).
 pub fn read_chat_template(path: &std::path::Path) -> anyhow::Result<String> {
-    braid_model::ChatTemplate::read_file(path).map_err(|e| match e {
-        braid_model::ModelError::Template(reason) => anyhow::anyhow!("--chat-template: {reason}"),
+    braid_text::ChatTemplate::read_file(path).map_err(|e| match e {
+        braid_text::TextError::Template(reason) => anyhow::anyhow!("--chat-template: {reason}"),
         other => other.into(),
     })
 }

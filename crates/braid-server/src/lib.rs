@@ -12,7 +12,7 @@ pub mod connections;
 pub mod engine_observer;
 pub mod error;
 pub mod generation;
-pub mod json;
+pub mod json_body;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai_types;

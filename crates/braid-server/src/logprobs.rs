@@ -5,7 +5,8 @@
 use crate::openai_types::{
     ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptLogprob, PromptLogprobs, TopLogprob,
 };
-use braid_model::{Sampled, Tokenizer};
+use braid_model::Sampled;
+use braid_text::Tokenizer;
 use std::collections::BTreeMap;
 
 /// A token's text as OpenAI shows it: the text when its bytes are valid UTF-8, else

@@ -122,7 +122,7 @@ impl Metrics {
         build_info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
-                braid_model::kernels::active().name(),
+                braid_kernels::active().name(),
                 std::env::consts::ARCH,
             ])
             .set(1);

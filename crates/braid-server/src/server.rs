@@ -145,13 +145,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
 /// The one start-up line that says what the server computes with and why: the kernel, how it
 /// was chosen, the CPU's vector features and the compute threads.
 fn log_kernel(threads: usize) {
-    let kernel = braid_model::kernels::active();
-    let how = if braid_model::kernels::forced_by_env() {
+    let kernel = braid_kernels::active();
+    let how = if braid_kernels::forced_by_env() {
         "forced by BRAID_KERNEL"
     } else {
         "the fastest this CPU supports"
     };
-    let features = braid_model::kernels::cpu_features();
+    let features = braid_kernels::cpu_features();
     let features = if features.is_empty() {
         "none".to_string()
     } else {

@@ -8,8 +8,8 @@
 
 use crate::openai_types::{ChatCompletionRequest, ToolIn};
 use crate::validation::ValidationError;
-use braid_model::hermes::CallParser;
-use braid_model::Constraint;
+use braid_text::tool_calls::hermes::CallParser;
+use braid_text::Constraint;
 use serde_json::{json, Value};
 
 /// Most functions one request may offer, OpenAI's own bound. Every one is described in the

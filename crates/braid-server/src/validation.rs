@@ -11,9 +11,9 @@ use crate::openai_types::{
 };
 use crate::tools::{tool_calling, CallReading, ToolCalling};
 use axum::http::StatusCode;
-use braid_model::{
-    hermes, ChatMessage, ChatTemplate, Constraint, LoadedModel, SamplingParams, TokenConstraint,
-};
+use braid_model::{LoadedModel, SamplingParams};
+use braid_text::tool_calls::hermes;
+use braid_text::{ChatMessage, ChatTemplate, Constraint, TokenConstraint};
 use serde_json::{json, Value};
 
 /// Request bounds from the model and the server's flags.

@@ -390,7 +390,7 @@ async fn metrics_has_queue_kv_cache_and_first_token_series_after_a_request() {
     ] {
         assert!(text.contains(name), "/metrics lacks {name}");
     }
-    let kernel = braid_model::kernels::active().name();
+    let kernel = braid_kernels::active().name();
     let build_info = text
         .lines()
         .find(|l| l.starts_with("braid_build_info{"))

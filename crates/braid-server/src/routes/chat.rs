@@ -4,7 +4,7 @@
 //! when streaming, and an answer that made calls finishes with `tool_calls`.
 
 use crate::generation::Chunk;
-use crate::json::ApiJson;
+use crate::json_body::ApiJson;
 use crate::logprobs::{chat_logprobs, prompt_logprobs};
 use crate::openai_types::{
     unix_now, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
@@ -19,8 +19,8 @@ use crate::{error::ApiError, validation};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use braid_engine::FinishReason;
-use braid_model::hermes::{parse_answer, CallParser, ParsedCall, Piece};
 use braid_model::LoadedModel;
+use braid_text::tool_calls::hermes::{parse_answer, CallParser, ParsedCall, Piece};
 use std::sync::Arc;
 
 pub async fn chat_completions(

@@ -1,7 +1,7 @@
 //! POST /v1/completions: text in, text out, in OpenAI's legacy completions shape.
 
 use crate::generation::Chunk;
-use crate::json::ApiJson;
+use crate::json_body::ApiJson;
 use crate::logprobs::{prompt_logprobs, CompletionLogprobsBuilder};
 use crate::openai_types::{
     unix_now, CompletionChoice, CompletionRequest, CompletionResponse, Usage,

@@ -2,7 +2,7 @@
 //! clients that budget context or debug prompts, with the same validation as generation.
 
 use crate::error::ApiError;
-use crate::json::ApiJson;
+use crate::json_body::ApiJson;
 use crate::openai_types::{
     DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
 };

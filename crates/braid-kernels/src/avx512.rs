@@ -14,6 +14,9 @@
 
 use super::int4::Unpacked;
 use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
+use crate::kernel_table::{KernelOps, PeakOp};
+use crate::panels::{for_each_panel, PanelTile};
+use crate::FloatIsa;
 use std::arch::x86_64::*;
 
 /// How one block of a weight format's tile meets rows `row0..row0 + R`, adding to their 16
@@ -45,10 +48,20 @@ pub(super) trait Block {
     }
 }
 
+/// The kernel table's row for AVX-512 VNNI.
+pub(crate) static OPS: KernelOps = KernelOps {
+    int8: matmul_tiles::<int8::Tile>,
+    int4: matmul_tiles::<int4::Tile>,
+    int5: matmul_tiles::<int5::Tile>,
+    floats: FloatIsa::Avx512,
+    peak: Some(PeakOp {
+        macs: 64,
+        run: crate::int8_peak::x86::dpbusd512,
+    }),
+};
+
 /// Rows of activations processed together per weight load.
 const MR: usize = 4;
-/// Rows per panel (a multiple of MR).
-const MB: usize = 64;
 
 /// The VNNI kernel for the tiles `tiles` of a weight `n` outputs wide whose tiles are
 /// `weights` (`[n_tiles][k_blocks]`): writes exactly what the format's `reference_tiles`
@@ -67,43 +80,37 @@ pub(super) unsafe fn matmul_tiles<T: Block>(
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
-    let (m, kbs) = (x.m, x.k_blocks);
-    let mut unpacked = Vec::new();
-    // Rows in panels small enough for their activations to stay in L2 while the panel
-    // meets every weight tile of this task; the remainder rows take the 1-row path,
-    // which computes each element in the same order (results do not depend on `m`).
-    for panel in (0..m).step_by(MB) {
-        let end = (panel + MB).min(m);
-        for t in tiles.clone() {
-            let tile_row = &weights[t * kbs..(t + 1) * kbs];
-            // A panel of many rows unpacks a packed format's tile row once, into L1, and
-            // every row meets the unpacked blocks: the same integers, so the same results.
-            if end - panel >= UNPACK_ROWS {
-                // A loop, not an iterator's closure, which would not inherit the features.
-                unpacked.clear();
-                for block in tile_row {
-                    match block.unpacked() {
-                        Some(u) => unpacked.push(u),
-                        None => break,
-                    }
-                }
-                if unpacked.len() == kbs {
-                    panel_tile(x, &unpacked, panel..end, kbs, out, n, t);
-                    continue;
-                }
-            }
-            panel_tile(x, tile_row, panel..end, kbs, out, n, t);
-        }
-    }
+    let panel = Panels { x, out, n };
+    // SAFETY: the features are enabled; the rest is our caller's promise.
+    unsafe { for_each_panel(&panel, x, weights, tiles) }
 }
 
-/// Rows in a panel from which a packed format's blocks are unpacked once for the whole panel:
-/// a full panel, which prompt slices fill. Measured on Gemma 3 270M (`bench-engine`, 512-token
-/// prefill, Intel family 6 model 167), the 5-bit blocks unpacked once per panel read the prompt
-/// ~9% faster than unpacked once per 4 rows; the 4-bit blocks, which unpack in fewer
-/// instructions, measured the same either way, and decode steps of 16 rows ~6% slower
-/// unpacked, so steps with fewer rows keep reading the packed bytes directly.
-const UNPACK_ROWS: usize = MB;
+/// The output and shape [`panel_tile`] needs besides the blocks.
+struct Panels<'a> {
+    x: &'a QuantizedRows,
+    out: *mut f32,
+    n: usize,
+}
+
+impl<T: Block> PanelTile<T> for Panels<'_> {
+    #[inline(always)]
+    unsafe fn unpacked(block: &T) -> Option<Unpacked> {
+        // SAFETY: the caller vouches for the features.
+        unsafe { block.unpacked() }
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&self, blocks: &[T], rows: std::ops::Range<usize>, t: usize) {
+        // SAFETY: the caller's promise, which is `panel_tile`'s.
+        unsafe { panel_tile(self.x, blocks, rows, self.x.k_blocks, self.out, self.n, t) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile_unpacked(&self, blocks: &[Unpacked], rows: std::ops::Range<usize>, t: usize) {
+        // SAFETY: as for `tile`.
+        unsafe { panel_tile(self.x, blocks, rows, self.x.k_blocks, self.out, self.n, t) }
+    }
+}
 
 /// The rows `rows` of a panel times weight tile `t` (whose blocks are `tile_row`): writes
 /// their columns from `16 · t` below `n`.

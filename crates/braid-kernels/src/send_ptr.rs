@@ -9,16 +9,16 @@
 
 /// A `*mut T` that can cross into rayon tasks. It grants nothing by itself: every dereference
 /// is an `unsafe` block that must show the pointee is live and not accessed by anyone else.
-pub(crate) struct SendPtr<T>(*mut T);
+pub struct SendPtr<T>(*mut T);
 
 impl<T> SendPtr<T> {
-    pub(crate) fn new(ptr: *mut T) -> Self {
+    pub fn new(ptr: *mut T) -> Self {
         Self(ptr)
     }
 
     /// The pointer. A method rather than a public field: a closure that named the field would
     /// capture only the bare pointer (edition 2021's disjoint captures) and not be `Send`.
-    pub(crate) fn get(&self) -> *mut T {
+    pub fn get(&self) -> *mut T {
         self.0
     }
 }

@@ -21,7 +21,7 @@ mod tests;
 
 pub use incremental::IncrementalDecoder;
 
-use crate::error::{ModelError, Result};
+use crate::error::{Result, TextError};
 use candle_core::quantized::gguf_file::{Content, Value};
 use special::{Piece, SpecialTokens};
 use std::collections::HashMap;
@@ -112,8 +112,8 @@ fn strings(ct: &Content, key: &str) -> Result<Option<Vec<String>>> {
             .map(|v| v.to_string().cloned())
             .collect::<std::result::Result<Vec<_>, _>>()
             .map(Some)
-            .map_err(|_| ModelError::Tokenizer(format!("{key} is not an array of strings"))),
-        Some(_) => Err(ModelError::Tokenizer(format!("{key} is not an array"))),
+            .map_err(|_| TextError::Tokenizer(format!("{key} is not an array of strings"))),
+        Some(_) => Err(TextError::Tokenizer(format!("{key} is not an array"))),
     }
 }
 
@@ -125,8 +125,8 @@ fn numbers<T>(ct: &Content, key: &str, f: impl Fn(&Value) -> Option<T>) -> Resul
             .map(&f)
             .collect::<Option<Vec<_>>>()
             .map(Some)
-            .ok_or_else(|| ModelError::Tokenizer(format!("{key} holds a value of another type"))),
-        Some(_) => Err(ModelError::Tokenizer(format!("{key} is not an array"))),
+            .ok_or_else(|| TextError::Tokenizer(format!("{key} holds a value of another type"))),
+        Some(_) => Err(TextError::Tokenizer(format!("{key} is not an array"))),
     }
 }
 
@@ -144,7 +144,7 @@ fn token_type(v: &Value) -> Option<i32> {
 
 impl Tokenizer {
     pub fn from_gguf(ct: &Content) -> Result<Self> {
-        let err = |e: String| ModelError::Tokenizer(e);
+        let err = |e: String| TextError::Tokenizer(e);
         let meta = |key: &str| ct.metadata.get(key);
         let text = |key: &str| {
             meta(key)
@@ -292,7 +292,7 @@ impl Tokenizer {
                 }
                 Piece::Text(t) => {
                     match &self.model {
-                        Model::Bpe(b) => b.encode(t, &mut out).map_err(ModelError::Tokenizer)?,
+                        Model::Bpe(b) => b.encode(t, &mut out).map_err(TextError::Tokenizer)?,
                         Model::Spm {
                             spm,
                             add_space_prefix,

@@ -8,7 +8,7 @@
 //! turn format, and any format braid guessed would render prompts the model cannot read while
 //! looking like a working chat endpoint. Callers refuse chat instead and say how to supply one.
 
-use crate::error::{ModelError, Result};
+use crate::error::{Result, TextError};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -52,7 +52,7 @@ impl ChatTemplate {
         );
         env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_string())
-            .map_err(|e| ModelError::Template(e.to_string()))?;
+            .map_err(|e| TextError::Template(e.to_string()))?;
         Ok(Self {
             env,
             source: source.to_string(),
@@ -65,13 +65,13 @@ impl ChatTemplate {
     /// its name instead of failing every chat request later.
     pub fn read_file(path: &Path) -> Result<String> {
         let source = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::Template(format!("cannot read {}: {e}", path.display())))?;
+            .map_err(|e| TextError::Template(format!("cannot read {}: {e}", path.display())))?;
         Self::new(&source, String::new(), String::new()).map_err(|e| {
-            ModelError::Template(format!(
+            TextError::Template(format!(
                 "{} is not a valid Jinja template: {}",
                 path.display(),
                 match e {
-                    ModelError::Template(reason) => reason,
+                    TextError::Template(reason) => reason,
                     other => other.to_string(),
                 }
             ))
@@ -107,7 +107,7 @@ impl ChatTemplate {
         let tmpl = self
             .env
             .get_template("chat")
-            .map_err(|e| ModelError::Template(e.to_string()))?;
+            .map_err(|e| TextError::Template(e.to_string()))?;
         tmpl.render(minijinja::context! {
             messages => messages,
             tools => tools,
@@ -115,7 +115,7 @@ impl ChatTemplate {
             bos_token => self.bos_token,
             eos_token => self.eos_token,
         })
-        .map_err(|e| ModelError::Template(e.to_string()))
+        .map_err(|e| TextError::Template(e.to_string()))
     }
 }
 
@@ -137,7 +137,7 @@ fn tojson(
         minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
     })?;
     Ok(match indent {
-        None => crate::hermes::python_json(&json),
+        None => crate::tool_calls::hermes::python_json(&json),
         Some(n) => {
             let spaces = vec![b' '; n];
             let mut out = Vec::new();

@@ -25,12 +25,13 @@
 
 use super::int4::Unpacked;
 use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
+use crate::kernel_table::{KernelOps, PeakOp};
+use crate::panels::{for_each_panel, PanelTile};
+use crate::FloatIsa;
 use std::arch::x86_64::*;
 
 /// Rows of activations processed together per weight load.
 const MR: usize = 4;
-/// Rows per panel (a multiple of MR), small enough for their activations to stay in L2.
-const MB: usize = 64;
 /// Output rows per 256-bit vector: a tile is two of them.
 const HALF: usize = TILE_N / 2;
 
@@ -162,6 +163,30 @@ impl Dot for EvexDpbusd {
     }
 }
 
+/// The kernel table's row for AVX2.
+pub(crate) static AVX2_OPS: KernelOps = KernelOps {
+    int8: matmul_tiles_avx2::<int8::Tile>,
+    int4: matmul_tiles_avx2::<int4::Tile>,
+    int5: matmul_tiles_avx2::<int5::Tile>,
+    floats: FloatIsa::Avx2,
+    peak: Some(PeakOp {
+        macs: 32,
+        run: crate::int8_peak::x86::maddubs256,
+    }),
+};
+
+/// The kernel table's row for AVX-VNNI.
+pub(crate) static AVXVNNI_OPS: KernelOps = KernelOps {
+    int8: matmul_tiles_avxvnni::<int8::Tile>,
+    int4: matmul_tiles_avxvnni::<int4::Tile>,
+    int5: matmul_tiles_avxvnni::<int5::Tile>,
+    floats: FloatIsa::Avx2,
+    peak: Some(PeakOp {
+        macs: 32,
+        run: crate::int8_peak::x86::dpbusd256,
+    }),
+};
+
 /// The AVX2 kernel for the tiles `tiles`: writes exactly what
 /// [`super::int8::reference_tiles`] writes, with the same values.
 ///
@@ -229,41 +254,45 @@ unsafe fn matmul_tiles<D: Dot, T: Block>(
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
-    let (m, kbs) = (x.m, x.k_blocks);
-    let mut unpacked = Vec::new();
-    // As on AVX-512: panels of rows meet every weight tile of the task, a panel of many rows
-    // meets a packed format's blocks unpacked once, and the remainder rows take the 1-row
-    // path, which computes each element in the same order.
-    for panel in (0..m).step_by(MB) {
-        let end = (panel + MB).min(m);
-        for t in tiles.clone() {
-            let tile_row = &weights[t * kbs..(t + 1) * kbs];
-            if end - panel >= UNPACK_ROWS {
-                // A loop, not an iterator's closure, which would not inherit the features.
-                unpacked.clear();
-                for block in tile_row {
-                    // SAFETY: the caller vouches for `D`'s features.
-                    match unsafe { block.unpacked() } {
-                        Some(u) => unpacked.push(u),
-                        None => break,
-                    }
-                }
-                if unpacked.len() == kbs {
-                    // SAFETY: as below, with the same blocks unpacked.
-                    unsafe { panel_tile::<D, _>(x, &unpacked, panel..end, kbs, out, n, t) };
-                    continue;
-                }
-            }
-            // SAFETY: `panel..end` are rows of `x`, `tile_row` is tile `t`'s `kbs` blocks and
-            // `out` is our caller's.
-            unsafe { panel_tile::<D, T>(x, tile_row, panel..end, kbs, out, n, t) };
+    let panel = Panels::<D> {
+        x,
+        out,
+        n,
+        dot: std::marker::PhantomData,
+    };
+    // SAFETY: the caller vouches for `D`'s features and passes its caller's `out`.
+    unsafe { for_each_panel(&panel, x, weights, tiles) }
+}
+
+/// The output and shape [`panel_tile`] needs besides the blocks, for the dot product `D`.
+struct Panels<'a, D: Dot> {
+    x: &'a QuantizedRows,
+    out: *mut f32,
+    n: usize,
+    dot: std::marker::PhantomData<D>,
+}
+
+impl<D: Dot, T: Block> PanelTile<T> for Panels<'_, D> {
+    #[inline(always)]
+    unsafe fn unpacked(block: &T) -> Option<Unpacked> {
+        // SAFETY: the caller vouches for the features.
+        unsafe { block.unpacked() }
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&self, blocks: &[T], rows: std::ops::Range<usize>, t: usize) {
+        // SAFETY: the caller's promise, which is `panel_tile`'s.
+        unsafe { panel_tile::<D, T>(self.x, blocks, rows, self.x.k_blocks, self.out, self.n, t) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile_unpacked(&self, blocks: &[Unpacked], rows: std::ops::Range<usize>, t: usize) {
+        // SAFETY: as for `tile`.
+        unsafe {
+            panel_tile::<D, Unpacked>(self.x, blocks, rows, self.x.k_blocks, self.out, self.n, t)
         }
     }
 }
-
-/// Rows in a panel from which a packed format's blocks are unpacked once for the whole panel:
-/// a full panel, as on AVX-512 (whose constant says why).
-const UNPACK_ROWS: usize = MB;
 
 /// The rows `rows` of a panel times weight tile `t` (whose blocks are `tile_row`): writes
 /// their columns from `16 · t` below `n`.

@@ -195,11 +195,11 @@ impl super::packed_weight::FormatTile for Tile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::format_checks::{
+    use crate::format_checks::{
         assert_avx_vnni_code_matches_reference, assert_every_kernel_matches_reference,
         assert_rows_do_not_depend_on_batch, random,
     };
-    use crate::kernels::{matmul_reference, PackedWeight};
+    use crate::{matmul_reference, PackedWeight};
     use rand::{Rng, SeedableRng};
 
     /// Q8_0 and Q5_0 blocks from ggml's own quantizer (through candle), alone and stacked

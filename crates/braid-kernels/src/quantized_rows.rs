@@ -33,7 +33,7 @@ impl QuantizedRows {
         self.corrections.resize(m * k_blocks, 0);
         self.sums.resize(m * k_blocks, 0.0);
         let x = &x[..m * k];
-        if m < crate::model::PARALLEL_ROWS {
+        if m < crate::parallel_rows::PARALLEL_ROWS {
             quantize_blocks(
                 x,
                 &mut self.qs,
@@ -43,7 +43,7 @@ impl QuantizedRows {
             );
             return;
         }
-        let rows = crate::model::rows_per_task(m);
+        let rows = crate::parallel_rows::rows_per_task(m);
         let blocks = rows * k_blocks;
         self.qs
             .par_chunks_mut(rows * k)

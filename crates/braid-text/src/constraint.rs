@@ -184,7 +184,9 @@ impl Grammars {
                     .iter()
                     .map(|(name, schema)| (name.clone(), compact_json(schema.clone())))
                     .collect();
-                TopLevelGrammar::from_lark(crate::hermes::calls_grammar(&functions, *parallel))
+                TopLevelGrammar::from_lark(crate::tool_calls::hermes::calls_grammar(
+                    &functions, *parallel,
+                ))
             }
         };
         let parser = self.factory.create_parser(grammar).map_err(problem)?;
@@ -375,14 +377,9 @@ fn only(logits: &mut [f32], ids: &[u32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Sampler, SamplingParams};
-    use rand::{Rng, SeedableRng};
 
     fn tiny_tokenizer() -> Tokenizer {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tiny.gguf");
-        crate::tiny_gguf::write(&path, 1).unwrap();
-        crate::LoadedModel::load(&path).unwrap().tokenizer
+        crate::tiny_vocab::tokenizer()
     }
 
     #[test]
@@ -402,7 +399,7 @@ mod tests {
                 assert_eq!(bytes, tok.token_bytes(id), "token {id}");
             }
         }
-        assert_eq!(specials, crate::tiny_gguf::SPECIAL_TOKENS.len());
+        assert_eq!(specials, crate::tiny_vocab::SPECIAL_TOKENS.len());
     }
 
     #[test]
@@ -463,167 +460,5 @@ mod tests {
                 .join()
                 .unwrap();
         });
-    }
-
-    /// Samples until end of sequence from random logits, as an untrained model would give.
-    fn generate(g: &Grammars, tok: &Tokenizer, c: Constraint, seed: u64) -> String {
-        let constraint = g.compile(&c).unwrap();
-        let mut sampler = Sampler::new(
-            SamplingParams {
-                seed: Some(seed),
-                ..SamplingParams::default()
-            },
-            &[],
-        )
-        .with_constraint(Some(constraint));
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let mut out = Vec::new();
-        for _ in 0..200 {
-            let logits: Vec<f32> = (0..tok.vocab_size())
-                .map(|_| rng.random_range(-5.0..5.0))
-                .collect();
-            let t = sampler.sample(&logits).token;
-            if tok.eos_token_ids().contains(&t) {
-                return tok.decode(&out, false);
-            }
-            out.push(t);
-        }
-        panic!(
-            "no end of sequence after 200 tokens: {:?}",
-            tok.decode(&out, false)
-        );
-    }
-
-    #[test]
-    fn sampled_text_follows_the_grammar_and_then_ends() {
-        let tok = tiny_tokenizer();
-        let g = Grammars::new(&tok).unwrap();
-        for seed in 0..5 {
-            let choice = generate(
-                &g,
-                &tok,
-                Constraint::Choice(vec!["yes".into(), "no".into()]),
-                seed,
-            );
-            assert!(choice == "yes" || choice == "no", "{choice:?}");
-            let digits = generate(&g, &tok, Constraint::Regex("[0-9]{3}-[a-c]+".into()), seed);
-            assert!(
-                digits.len() >= 5
-                    && digits[..3].bytes().all(|b| b.is_ascii_digit())
-                    && &digits[3..4] == "-"
-                    && digits[4..].bytes().all(|b| (b'a'..=b'c').contains(&b)),
-                "{digits:?}"
-            );
-            let month = generate(
-                &g,
-                &tok,
-                Constraint::Gbnf("root ::= \"2024-\" (\"0\" [1-9] | \"1\" [0-2])".into()),
-                seed,
-            );
-            let m: u32 = month.strip_prefix("2024-").unwrap().parse().unwrap();
-            assert!(month.len() == 7 && (1..=12).contains(&m), "{month:?}");
-            let schema = serde_json::json!({
-                "type": "object",
-                "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
-                "required": ["n", "ok"],
-                "additionalProperties": false
-            });
-            let json = generate(&g, &tok, Constraint::JsonSchema(schema), seed);
-            let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-            assert!(v["n"].is_number() && v["ok"].is_boolean(), "{json}");
-        }
-    }
-
-    #[test]
-    fn a_mask_prepared_ahead_samples_exactly_as_one_computed_in_place() {
-        let tok = tiny_tokenizer();
-        let g = Grammars::new(&tok).unwrap();
-        let schema = serde_json::json!({"type": "object",
-            "properties": {"n": {"type": "integer"}}, "required": ["n"]});
-        let compiled = g.compile(&Constraint::JsonSchema(schema)).unwrap();
-        let sampler = |c: &TokenConstraint| {
-            Sampler::new(SamplingParams::greedy(), &[]).with_constraint(Some(c.clone()))
-        };
-        let (mut ahead, mut in_place) = (sampler(&compiled), sampler(&compiled));
-        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-        for _ in 0..40 {
-            let logits: Vec<f32> = (0..tok.vocab_size())
-                .map(|_| rng.random_range(-5.0..5.0))
-                .collect();
-            ahead.prepare_mask();
-            let (a, b) = (ahead.sample(&logits).token, in_place.sample(&logits).token);
-            assert_eq!(a, b);
-            if tok.eos_token_ids().contains(&a) {
-                return;
-            }
-        }
-    }
-
-    #[test]
-    fn tool_calls_follow_a_function_s_schema_and_read_back_as_calls() {
-        let tok = tiny_tokenizer();
-        let g = Grammars::new(&tok).unwrap();
-        let functions = vec![
-            (
-                "get_weather".to_string(),
-                serde_json::json!({
-                    "type": "object",
-                    "properties": {"city": {"type": "string", "maxLength": 8},
-                                   "unit": {"enum": ["c", "f"]}},
-                    "required": ["city", "unit"],
-                    "additionalProperties": false
-                }),
-            ),
-            (
-                "add".to_string(),
-                serde_json::json!({
-                    "type": "object",
-                    "properties": {"a": {"type": "integer"}},
-                    "required": ["a"],
-                    "additionalProperties": false
-                }),
-            ),
-        ];
-        let names: Vec<String> = functions.iter().map(|(n, _)| n.clone()).collect();
-        for seed in 0..4 {
-            for parallel in [false, true] {
-                let c = Constraint::ToolCalls {
-                    functions: functions.clone(),
-                    parallel,
-                };
-                let text = generate(&g, &tok, c, seed);
-                let mut parser = crate::hermes::CallParser::new(names.clone(), true);
-                let (content, calls) = crate::hermes::parse_answer(&mut parser, &text);
-                assert_eq!(content, None, "{text:?}");
-                assert!(
-                    !calls.is_empty() && (parallel || calls.len() == 1),
-                    "{text:?}"
-                );
-                for call in calls {
-                    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
-                    match call.name.as_str() {
-                        "get_weather" => assert!(
-                            args["city"]
-                                .as_str()
-                                .is_some_and(|c| c.chars().count() <= 8)
-                                && ["c", "f"].contains(&args["unit"].as_str().unwrap()),
-                            "{text:?}"
-                        ),
-                        _ => assert!(args["a"].is_i64(), "{text:?}"),
-                    }
-                }
-            }
-        }
-        for schema in [
-            serde_json::json!({"type": 5}),
-            serde_json::json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
-        ] {
-            let bad = Constraint::ToolCalls {
-                functions: vec![functions[1].clone(), ("f".into(), schema)],
-                parallel: false,
-            };
-            let e = g.compile(&bad).expect_err("refused");
-            assert!(e.starts_with("the parameters of `f`: "), "{e}");
-        }
     }
 }

@@ -1,16 +1,17 @@
-//! What the float loops (attention, the softmax's exponential) need from an instruction set
-//! beyond what the compiler derives from plain Rust: widening half floats from the KV cache.
+//! The float loops' instruction sets: what those loops (attention, the softmax's exponential,
+//! the model's row loops) need from an instruction set beyond what the compiler derives from
+//! plain Rust (widening half floats from the KV cache: [`Lanes`]), and the one
+//! `#[target_feature]` entry point per set that compiles them for it ([`FloatIsa`]).
 //!
-//! Those loops are written once, generic over [`Lanes`] and `#[inline(always)]`, and each
-//! instruction set gets a `#[target_feature]` entry point that instantiates them: inside it,
-//! the compiler vectorizes the same source for that set's registers and fuses every `mul_add`
-//! into one instruction. The arithmetic is the same IEEE operations in the same order on every
-//! path, so the results are the same bits.
+//! Those loops are written once, generic over [`Lanes`] and `#[inline(always)]`, as a
+//! [`FloatLoops`]; inside an entry point the compiler vectorizes the same source for that
+//! set's registers and fuses every `mul_add` into one instruction. The arithmetic is the same
+//! IEEE operations in the same order on every path, so the results are the same bits.
 
-use crate::kv_pool::f16_to_f32;
+use crate::f16_to_f32;
 
 /// One instruction set's way of widening 16 half floats.
-pub(crate) trait Lanes {
+pub trait Lanes {
     /// How many 16-float accumulators a loop can keep in this set's registers beside its
     /// operands: the attention's weighted sum of values keeps several heads and dimensions
     /// in flight so that its multiply-adds do not wait on one another.
@@ -27,7 +28,7 @@ pub(crate) trait Lanes {
 
 /// Lane by lane with integer steps ([`f16_to_f32`]), which the compiler vectorizes for any
 /// target (on aarch64 with NEON, its baseline).
-pub(crate) struct PortableLanes;
+pub struct PortableLanes;
 
 impl Lanes for PortableLanes {
     const ACCUMULATORS: usize = 4;
@@ -92,24 +93,92 @@ impl Lanes for F16cLanes {
     }
 }
 
+/// Code written once over [`Lanes`], to be compiled for one instruction set's float loops.
+pub trait FloatLoops {
+    type Output;
+
+    /// Implementations are `#[inline(always)]`, so that the entry point that calls them
+    /// compiles their body with its features.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have `L`'s features ([`crate::Kernel::run_float_loops`] sees to that).
+    unsafe fn run<L: Lanes>(self) -> Self::Output;
+}
+
+/// Which compilation of the float loops a kernel runs with (a row of the kernel table says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FloatIsa {
+    /// AVX-512 F/BW/VL with FMA and F16C: 16 floats a register, 32 registers.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    /// AVX2 with FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// The baseline CPU (on aarch64, NEON).
+    Portable,
+}
+
+impl FloatIsa {
+    /// Runs `loops` through this set's entry point.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have this set's features.
+    pub(crate) unsafe fn run<F: FloatLoops>(self, loops: F) -> F::Output {
+        // SAFETY: (every arm) the caller vouches for the features.
+        unsafe {
+            match self {
+                #[cfg(target_arch = "x86_64")]
+                FloatIsa::Avx512 => enter_avx512(loops),
+                #[cfg(target_arch = "x86_64")]
+                FloatIsa::Avx2 => enter_avx2(loops),
+                FloatIsa::Portable => loops.run::<PortableLanes>(),
+            }
+        }
+    }
+}
+
+/// # Safety
+///
+/// The CPU must have AVX-512 F/BW/VL, AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn enter_avx512<F: FloatLoops>(loops: F) -> F::Output {
+    // SAFETY: the features are enabled.
+    unsafe { loops.run::<Avx512Lanes>() }
+}
+
+/// # Safety
+///
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn enter_avx2<F: FloatLoops>(loops: F) -> F::Output {
+    // SAFETY: the features are enabled.
+    unsafe { loops.run::<F16cLanes>() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::Kernel;
+    use crate::Kernel;
     use half::f16;
 
-    fn widen(kernel: Kernel, bits: &[u16; 16]) -> [f32; 16] {
-        assert!(kernel.is_supported());
-        // SAFETY: the CPU has the kernel's features (asserted above).
-        unsafe {
-            match kernel {
-                #[cfg(target_arch = "x86_64")]
-                Kernel::Avx512Vnni => Avx512Lanes::widen16(bits),
-                #[cfg(target_arch = "x86_64")]
-                Kernel::AvxVnni | Kernel::Avx2 => F16cLanes::widen16(bits),
-                _ => PortableLanes::widen16(bits),
-            }
+    struct Widen<'a>(&'a [u16; 16]);
+
+    impl FloatLoops for Widen<'_> {
+        type Output = [f32; 16];
+
+        #[inline(always)]
+        unsafe fn run<L: Lanes>(self) -> [f32; 16] {
+            // SAFETY: the caller vouches for `L`'s features.
+            unsafe { L::widen16(self.0) }
         }
+    }
+
+    fn widen(kernel: Kernel, bits: &[u16; 16]) -> [f32; 16] {
+        kernel.run_float_loops(Widen(bits))
     }
 
     #[test]

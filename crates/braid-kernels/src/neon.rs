@@ -33,14 +33,15 @@
 
 use super::int4::Unpacked;
 use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
+use crate::kernel_table::{KernelOps, PeakOp};
+use crate::panels::{for_each_panel, PanelTile};
+use crate::FloatIsa;
 use half::f16;
 use std::arch::aarch64::*;
 use std::arch::asm;
 
 /// Rows of activations processed together per weight load (two `smmla` row pairs).
 const MR: usize = 4;
-/// Rows per panel (a multiple of MR), small enough for their activations to stay in L2.
-const MB: usize = 64;
 /// Output rows per vector of four 32-bit sums: a tile is four of them.
 const QUARTER: usize = TILE_N / 4;
 
@@ -89,6 +90,30 @@ pub(super) trait Block {
         None
     }
 }
+
+/// The kernel table's row for NEON with dot products.
+pub(crate) static DOTPROD_OPS: KernelOps = KernelOps {
+    int8: matmul_tiles_dotprod::<int8::Tile>,
+    int4: matmul_tiles_dotprod::<int4::Tile>,
+    int5: matmul_tiles_dotprod::<int5::Tile>,
+    floats: FloatIsa::Portable,
+    peak: Some(PeakOp {
+        macs: 16,
+        run: crate::int8_peak::arm::sdot,
+    }),
+};
+
+/// The kernel table's row for NEON with the int8 matrix multiply.
+pub(crate) static I8MM_OPS: KernelOps = KernelOps {
+    int8: matmul_tiles_i8mm::<int8::Tile>,
+    int4: matmul_tiles_i8mm::<int4::Tile>,
+    int5: matmul_tiles_i8mm::<int5::Tile>,
+    floats: FloatIsa::Portable,
+    peak: Some(PeakOp {
+        macs: 16,
+        run: crate::int8_peak::arm::sdot,
+    }),
+};
 
 /// The dotprod kernel for the tiles `tiles`: writes exactly what the format's
 /// `reference_tiles` writes, with the same values.
@@ -141,39 +166,40 @@ unsafe fn matmul_tiles<const MMLA: bool, T: Block>(
     tiles: std::ops::Range<usize>,
     out: *mut f32,
 ) {
-    let (m, kbs) = (x.m, x.k_blocks);
-    let mut unpacked = Vec::new();
-    // As on x86: panels of rows meet every weight tile of the task, and a panel of many rows
-    // meets a packed format's blocks unpacked once.
-    for panel in (0..m).step_by(MB) {
-        let end = (panel + MB).min(m);
-        for t in tiles.clone() {
-            let tile_row = &weights[t * kbs..(t + 1) * kbs];
-            if end - panel >= UNPACK_ROWS {
-                // A loop, not an iterator's closure, which would not inherit the features.
-                unpacked.clear();
-                for block in tile_row {
-                    match block.unpacked() {
-                        Some(u) => unpacked.push(u),
-                        None => break,
-                    }
-                }
-                if unpacked.len() == kbs {
-                    // SAFETY: as below, with the same blocks unpacked.
-                    unsafe { panel_tile::<MMLA, _>(x, &unpacked, panel..end, kbs, out, n, t) };
-                    continue;
-                }
-            }
-            // SAFETY: `panel..end` are rows of `x`, `tile_row` is tile `t`'s `kbs` blocks, and
-            // `out` and the features are our caller's.
-            unsafe { panel_tile::<MMLA, T>(x, tile_row, panel..end, kbs, out, n, t) };
+    let panel = Panels::<MMLA> { x, out, n };
+    // SAFETY: the caller vouches for the features (`MMLA` needs i8mm) and passes its
+    // caller's `out`.
+    unsafe { for_each_panel(&panel, x, weights, tiles) }
+}
+
+/// The output and shape [`panel_tile`] needs besides the blocks; `MMLA` pairs rows with `smmla`.
+struct Panels<'a, const MMLA: bool> {
+    x: &'a QuantizedRows,
+    out: *mut f32,
+    n: usize,
+}
+
+impl<const MMLA: bool, T: Block> PanelTile<T> for Panels<'_, MMLA> {
+    #[inline(always)]
+    unsafe fn unpacked(block: &T) -> Option<Unpacked> {
+        // SAFETY: the caller vouches for the features.
+        unsafe { block.unpacked() }
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&self, blocks: &[T], rows: std::ops::Range<usize>, t: usize) {
+        // SAFETY: the caller's promise, which is `panel_tile`'s.
+        unsafe { panel_tile::<MMLA, T>(self.x, blocks, rows, self.x.k_blocks, self.out, self.n, t) }
+    }
+
+    #[inline(always)]
+    unsafe fn tile_unpacked(&self, blocks: &[Unpacked], rows: std::ops::Range<usize>, t: usize) {
+        // SAFETY: as for `tile`.
+        unsafe {
+            panel_tile::<MMLA, Unpacked>(self.x, blocks, rows, self.x.k_blocks, self.out, self.n, t)
         }
     }
 }
-
-/// Rows in a panel from which a packed format's blocks are unpacked once for the whole panel:
-/// a full panel, as on x86 (whose constant says why).
-const UNPACK_ROWS: usize = MB;
 
 /// The rows `rows` of a panel times weight tile `t` (whose blocks are `tile_row`): writes
 /// their columns from `16 · t` below `n`.

@@ -144,11 +144,11 @@ impl super::packed_weight::FormatTile for Tile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::format_checks::{
+    use crate::format_checks::{
         assert_avx_vnni_code_matches_reference, assert_every_kernel_matches_reference,
         assert_rows_do_not_depend_on_batch, bits, quantized, random,
     };
-    use crate::kernels::{matmul_reference, matmul_with, Kernel, PackedWeight};
+    use crate::{matmul_reference, matmul_with, Kernel, PackedWeight};
     use rand::{Rng, SeedableRng};
 
     const SOURCES: [Int5Source; 3] = [Int5Source::Q5_0, Int5Source::Q5_1, Int5Source::Q5K];

@@ -21,7 +21,7 @@ thread_local! {
 }
 
 /// Runs `step` on a compute thread while the pool's other threads look for its work.
-pub(crate) fn run<R: Send>(step: impl FnOnce() -> R + Send) -> R {
+pub fn run<R: Send>(step: impl FnOnce() -> R + Send) -> R {
     let done = AtomicBool::new(false);
     rayon::scope(|s| {
         let Some(_in_step) = InStep::enter() else {

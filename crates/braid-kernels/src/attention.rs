@@ -15,8 +15,8 @@
 //! merged after), and since the partitions do not depend on how the work is split, a row gets
 //! the same bits whether one task or many computed it.
 
-use crate::kernels::{Kernel, Lanes, PortableLanes};
-use crate::kv_pool::KvPool;
+use crate::KvPool;
+use crate::{FloatLoops, Kernel, Lanes};
 
 /// Query rows of one sequence that one task handles together.
 pub const ROW_TILE: usize = 64;
@@ -130,64 +130,48 @@ pub unsafe fn attend_group<Q, O>(
     Q: Fn(usize, usize) -> *const f32,
     O: Fn(usize, usize) -> *mut f32,
 {
-    assert!(
-        kernel.is_supported(),
-        "the {kernel} kernel does not run on this CPU"
-    );
-    // SAFETY: the CPU has the kernel's features (asserted); the rest is our caller's promise.
-    unsafe {
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => attend_avx512(pool, task, head_dim, s, q, out),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni | Kernel::Avx2 => attend_avx2(pool, task, head_dim, s, q, out),
-            _ => attend::<PortableLanes, Q, O>(pool, task, head_dim, s, q, out),
-        }
+    // The float loops check that this CPU runs the kernel.
+    kernel.run_float_loops(Attend {
+        pool,
+        task,
+        head_dim,
+        s,
+        q,
+        out,
+    })
+}
+
+/// One call of [`attend`], as code to compile for the kernel's float loops.
+struct Attend<'a, Q, O> {
+    pool: &'a KvPool,
+    task: &'a GroupTask<'a>,
+    head_dim: usize,
+    s: &'a mut Scratch,
+    q: Q,
+    out: O,
+}
+
+impl<Q, O> FloatLoops for Attend<'_, Q, O>
+where
+    Q: Fn(usize, usize) -> *const f32,
+    O: Fn(usize, usize) -> *mut f32,
+{
+    type Output = ();
+
+    #[inline(always)]
+    unsafe fn run<L: Lanes>(self) {
+        let Attend {
+            pool,
+            task,
+            head_dim,
+            s,
+            q,
+            out,
+        } = self;
+        // SAFETY: the caller vouches for `L`'s features; the rest is `attend_group`'s
+        // caller's promise.
+        unsafe { attend::<L, Q, O>(pool, task, head_dim, s, q, out) }
     }
-}
-
-/// [`attend`] compiled for AVX-512.
-///
-/// # Safety
-///
-/// The CPU must have AVX-512 F/BW/VL, AVX2, FMA and F16C; otherwise as for [`attend_group`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn attend_avx512<Q, O>(
-    pool: &KvPool,
-    task: &GroupTask,
-    head_dim: usize,
-    s: &mut Scratch,
-    q: Q,
-    out: O,
-) where
-    Q: Fn(usize, usize) -> *const f32,
-    O: Fn(usize, usize) -> *mut f32,
-{
-    // SAFETY: the features are enabled; the rest is our caller's promise.
-    unsafe { attend::<crate::kernels::Avx512Lanes, Q, O>(pool, task, head_dim, s, q, out) }
-}
-
-/// [`attend`] compiled for AVX2 with FMA and F16C.
-///
-/// # Safety
-///
-/// The CPU must have AVX2, FMA and F16C; otherwise as for [`attend_group`].
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn attend_avx2<Q, O>(
-    pool: &KvPool,
-    task: &GroupTask,
-    head_dim: usize,
-    s: &mut Scratch,
-    q: Q,
-    out: O,
-) where
-    Q: Fn(usize, usize) -> *const f32,
-    O: Fn(usize, usize) -> *mut f32,
-{
-    // SAFETY: the features are enabled; the rest is our caller's promise.
-    unsafe { attend::<crate::kernels::F16cLanes, Q, O>(pool, task, head_dim, s, q, out) }
 }
 
 /// The body of [`attend_group`], for one instruction set's [`Lanes`].
@@ -648,7 +632,6 @@ impl WeightedSums<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
     use rand::{Rng, SeedableRng};
 
     /// Head shapes `(heads, kv_heads, head_dim)`: two heads a group with 16 floats, and the
@@ -706,14 +689,18 @@ mod tests {
 
     /// `heads` query heads over `kv_heads` KV heads of `d` floats each.
     fn check_attention(window: Option<usize>, (heads, kv_heads, d): (usize, usize, usize)) {
-        let cfg = ModelConfig::llama(heads * d, 64, heads, kv_heads, 256);
+        let shape = crate::KvShape {
+            num_layers: 1,
+            num_kv_heads: kv_heads,
+            head_dim: d,
+        };
         let g = heads / kv_heads;
         // A shorter context under Miri, which runs the full one too slowly: still three
         // blocks, but one key partition. Otherwise three partitions, the last one partial.
         let bs = 16;
         let ctx: usize = if cfg!(miri) { 34 } else { 600 };
         let n_blocks = ctx.div_ceil(bs);
-        let mut pool = KvPool::new(&cfg, bs, n_blocks + 2);
+        let mut pool = KvPool::new(shape, bs, n_blocks + 2);
         // Blocks out of order, as a real block table has them.
         let table: Vec<u32> = (0..n_blocks as u32)
             .map(|b| (b * 7 + 3) % (n_blocks as u32 + 2))

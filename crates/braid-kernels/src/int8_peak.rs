@@ -21,52 +21,27 @@ pub fn int8_peak_gops(kernel: Kernel, iters: usize) -> Option<f64> {
         kernel.is_supported(),
         "the {kernel} kernel does not run on this CPU"
     );
-    let macs_per_instruction = match kernel {
-        Kernel::Avx512Vnni => 64,
-        Kernel::AvxVnni | Kernel::Avx2 => 32,
-        Kernel::NeonI8mm | Kernel::Neon => 16,
-        Kernel::Portable => return None,
-    };
+    let peak = kernel.ops().peak.as_ref()?;
     let t = Instant::now();
     let sums = rayon::broadcast(|_| {
         // SAFETY: the kernel's features are present (asserted above).
-        unsafe { run(kernel, iters) }
+        unsafe { (peak.run)(iters) }
     });
     let secs = t.elapsed().as_secs_f64();
     std::hint::black_box(sums);
     let threads = rayon::current_num_threads() as f64;
-    let macs = threads * (iters * CHAINS * macs_per_instruction) as f64;
+    let macs = threads * (iters * CHAINS * peak.macs) as f64;
     Some(2.0 * macs / secs / 1e9)
 }
 
-/// # Safety
-///
-/// The CPU must have `kernel`'s features.
-unsafe fn run(kernel: Kernel, iters: usize) -> i32 {
-    // SAFETY: (every arm) the caller vouches for the features.
-    unsafe {
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => x86::dpbusd512(iters),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni => x86::dpbusd256(iters),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => x86::maddubs256(iters),
-            #[cfg(target_arch = "aarch64")]
-            Kernel::NeonI8mm | Kernel::Neon => arm::sdot(iters),
-            _ => 0,
-        }
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::CHAINS;
     use std::arch::x86_64::*;
     use std::hint::black_box;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn dpbusd512(iters: usize) -> i32 {
+    pub(crate) unsafe fn dpbusd512(iters: usize) -> i32 {
         let (a, b) = (
             black_box(_mm512_set1_epi8(1)),
             black_box(_mm512_set1_epi8(1)),
@@ -81,7 +56,7 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,avxvnni")]
-    pub(super) unsafe fn dpbusd256(iters: usize) -> i32 {
+    pub(crate) unsafe fn dpbusd256(iters: usize) -> i32 {
         let (a, b) = (
             black_box(_mm256_set1_epi8(1)),
             black_box(_mm256_set1_epi8(1)),
@@ -96,7 +71,7 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn maddubs256(iters: usize) -> i32 {
+    pub(crate) unsafe fn maddubs256(iters: usize) -> i32 {
         let b = black_box(_mm256_set1_epi8(1));
         let mut acc = [_mm256_setzero_si256(); CHAINS];
         for _ in 0..iters {
@@ -111,14 +86,14 @@ mod x86 {
 }
 
 #[cfg(target_arch = "aarch64")]
-mod arm {
+pub(crate) mod arm {
     use super::CHAINS;
     use std::arch::aarch64::*;
     use std::arch::asm;
     use std::hint::black_box;
 
     #[target_feature(enable = "neon,dotprod")]
-    pub(super) unsafe fn sdot(iters: usize) -> i32 {
+    pub(crate) unsafe fn sdot(iters: usize) -> i32 {
         let (a, b) = (black_box(vdupq_n_s8(1)), black_box(vdupq_n_s8(1)));
         let mut acc = [vdupq_n_s32(0); CHAINS];
         for _ in 0..iters {

@@ -84,10 +84,7 @@ pub fn matmul_with(kernel: Kernel, x: &QuantizedRows, w: &PackedWeight, out: &mu
     let (m, n) = (x.m, w.n());
     assert_eq!(x.k(), w.k(), "activation width does not match the weight");
     assert!(out.len() >= m * n);
-    assert!(
-        kernel.is_supported(),
-        "the {kernel} kernel does not run on this CPU"
-    );
+    let ops = kernel.ops();
     if m == 0 {
         return;
     }
@@ -100,15 +97,15 @@ pub fn matmul_with(kernel: Kernel, x: &QuantizedRows, w: &PackedWeight, out: &mu
     let out = SendPtr::new(out.as_mut_ptr());
     (0..n_tiles.div_ceil(chunk)).into_par_iter().for_each(|c| {
         let tiles = c * chunk..((c + 1) * chunk).min(n_tiles);
-        // SAFETY: the CPU has the kernel's features (asserted above); `out` holds `m * n`
+        // SAFETY: the CPU has the kernel's features (`ops` checked); `out` holds `m * n`
         // floats (asserted above) and outlives the loop. Task `c` writes only the columns of
         // tiles `tiles`, and the tasks' tile ranges do not overlap, so no element is written by
         // two tasks or read by any.
         unsafe {
             match w {
-                PackedWeight::Int8(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
-                PackedWeight::Int4(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
-                PackedWeight::Int5(w) => tiles_with(kernel, x, &w.tiles, w.n, tiles, out.get()),
+                PackedWeight::Int8(w) => (ops.int8)(x, &w.tiles, w.n, tiles, out.get()),
+                PackedWeight::Int4(w) => (ops.int4)(x, &w.tiles, w.n, tiles, out.get()),
+                PackedWeight::Int5(w) => (ops.int5)(x, &w.tiles, w.n, tiles, out.get()),
             }
         }
     });
@@ -136,9 +133,9 @@ pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
     }
 }
 
-/// A weight format's tile, as the one dispatcher below takes it: a block function for each
-/// instruction set of this architecture (each ISA file's `Block`), and the portable reference.
-pub(super) trait FormatTile: Sized + IsaBlocks {
+/// A weight format's tile: the portable reference, which the kernel table's portable row
+/// holds and every other row must match.
+pub(crate) trait FormatTile: Sized {
     /// Writes `out[row * n + col]` for every row of `x` and every column `col` of the tiles
     /// `tiles` of `weights` (`[n_tiles][k_blocks]`; the 16 columns from `16 · tile`, fewer in a
     /// last partial tile), and nothing else.
@@ -154,50 +151,4 @@ pub(super) trait FormatTile: Sized + IsaBlocks {
         tiles: std::ops::Range<usize>,
         out: *mut f32,
     );
-}
-
-/// The block functions a tile needs on this architecture.
-#[cfg(target_arch = "x86_64")]
-pub(super) trait IsaBlocks: super::avx512::Block + super::avx2::Block {}
-#[cfg(target_arch = "x86_64")]
-impl<T: super::avx512::Block + super::avx2::Block> IsaBlocks for T {}
-#[cfg(target_arch = "aarch64")]
-pub(super) trait IsaBlocks: super::neon::Block {}
-#[cfg(target_arch = "aarch64")]
-impl<T: super::neon::Block> IsaBlocks for T {}
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(super) trait IsaBlocks {}
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-impl<T> IsaBlocks for T {}
-
-/// The tiles `tiles` of the product of `x` with `weights` (`n` outputs), with `kernel`: writes
-/// what the format's `reference_tiles` writes, with the same values.
-///
-/// # Safety
-///
-/// The CPU must have `kernel`'s features, and `out` must be as `reference_tiles` requires.
-unsafe fn tiles_with<T: FormatTile>(
-    kernel: Kernel,
-    x: &QuantizedRows,
-    weights: &[T],
-    n: usize,
-    tiles: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    // SAFETY: (every arm) the caller vouches for the CPU features and for `out`.
-    unsafe {
-        match kernel {
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Vnni => super::avx512::matmul_tiles(x, weights, n, tiles, out),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::AvxVnni => super::avx2::matmul_tiles_avxvnni(x, weights, n, tiles, out),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => super::avx2::matmul_tiles_avx2(x, weights, n, tiles, out),
-            #[cfg(target_arch = "aarch64")]
-            Kernel::NeonI8mm => super::neon::matmul_tiles_i8mm(x, weights, n, tiles, out),
-            #[cfg(target_arch = "aarch64")]
-            Kernel::Neon => super::neon::matmul_tiles_dotprod(x, weights, n, tiles, out),
-            _ => T::reference_tiles(x, weights, n, tiles, out),
-        }
-    }
 }

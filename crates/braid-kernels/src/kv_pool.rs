@@ -1,5 +1,8 @@
 //! The KV cache as one preallocated pool of fixed-size blocks.
 //!
+//! The pool lives beside attention because its layout is attention's: the model sizes it
+//! ([`KvShape`]) and writes each step's keys and values; attention streams them back.
+//!
 //! Which block belongs to which sequence is decided by the scheduler (braid-sched's block
 //! allocator); this pool only stores the numbers. Preallocating means a full server never
 //! allocates on the hot path and never runs out of memory mid-step: it runs out of blocks,
@@ -19,10 +22,24 @@
 //! Keys and values are stored as IEEE half floats (as llama.cpp and vLLM do by default): at long
 //! contexts attention is bound by reading them, and half the bytes also means twice the
 //! tokens in the same `--kv-cache-mb`. Attention widens them to f32 as it reads
-//! ([`crate::kernels::Lanes`]); all arithmetic stays in f32.
+//! ([`crate::Lanes`]); all arithmetic stays in f32.
 
-use crate::config::ModelConfig;
 use half::f16;
+
+/// The dimensions of a model's KV cache: what the pool needs to know of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvShape {
+    pub num_layers: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl KvShape {
+    /// Keys and values of one token, every layer: what one more token of context costs.
+    pub fn floats_per_token(&self) -> usize {
+        2 * self.num_layers * self.num_kv_heads * self.head_dim
+    }
+}
 
 /// Bytes one cached key or value element takes.
 pub const BYTES_PER_ELEMENT: usize = std::mem::size_of::<u16>();
@@ -62,7 +79,8 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 
 impl KvPool {
     /// `block_size` must be a multiple of 16 (attention scores 16 keys at a time).
-    pub fn new(cfg: &ModelConfig, block_size: usize, num_blocks: usize) -> Self {
+    pub fn new(shape: impl Into<KvShape>, block_size: usize, num_blocks: usize) -> Self {
+        let cfg = shape.into();
         assert!(
             block_size > 0 && block_size.is_multiple_of(16),
             "KV block size {block_size} is not a multiple of 16"
@@ -80,8 +98,12 @@ impl KvPool {
     }
 
     /// How many blocks of `block_size` tokens fit in `megabytes` for this model.
-    pub fn blocks_for_budget(cfg: &ModelConfig, block_size: usize, megabytes: usize) -> usize {
-        let bytes_per_block = cfg.kv_floats_per_token() * block_size * BYTES_PER_ELEMENT;
+    pub fn blocks_for_budget(
+        shape: impl Into<KvShape>,
+        block_size: usize,
+        megabytes: usize,
+    ) -> usize {
+        let bytes_per_block = shape.into().floats_per_token() * block_size * BYTES_PER_ELEMENT;
         (megabytes * 1024 * 1024) / bytes_per_block
     }
 
@@ -144,8 +166,12 @@ mod tests {
 
     #[test]
     fn a_copied_block_holds_the_source_s_keys_and_values_in_every_layer() {
-        let cfg = ModelConfig::llama(64, 64, 4, 2, 256);
-        let mut pool = KvPool::new(&cfg, 16, 4);
+        let cfg = KvShape {
+            num_layers: 2,
+            num_kv_heads: 2,
+            head_dim: 16,
+        };
+        let mut pool = KvPool::new(cfg, 16, 4);
         let floats = cfg.num_kv_heads * cfg.head_dim;
         for layer in 0..cfg.num_layers {
             for pos in 0..5 {

@@ -309,11 +309,11 @@ impl super::packed_weight::FormatTile for Tile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::format_checks::{
+    use crate::format_checks::{
         assert_avx_vnni_code_matches_reference, assert_every_kernel_matches_reference,
         assert_rows_do_not_depend_on_batch, quantized, random,
     };
-    use crate::kernels::{matmul_reference, PackedWeight};
+    use crate::{matmul_reference, PackedWeight};
 
     /// `data` (`n × k`) as GGUF `source` blocks, quantized here (the tests need valid blocks,
     /// not ggml's choice of them).

@@ -2,7 +2,7 @@
 //! rule, byte fallback, space handling and BOS, and the refusals.
 
 use super::Tokenizer;
-use crate::ModelError;
+use crate::TextError;
 use candle_core::quantized::gguf_file::{Content, Value};
 use std::collections::HashMap;
 
@@ -227,7 +227,7 @@ fn bpe(pre: Option<&str>) -> Content {
 
 fn refusal(c: &Content) -> String {
     match Tokenizer::from_gguf(c) {
-        Err(ModelError::Tokenizer(m)) => m,
+        Err(TextError::Tokenizer(m)) => m,
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("accepted"),
     }

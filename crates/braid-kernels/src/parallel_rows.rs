@@ -1,0 +1,37 @@
+//! How the step's row-wise work is split over the compute threads: the same rule for the
+//! model's row loops (norms, rope, activations, residuals) and for quantizing activations.
+
+use rayon::prelude::*;
+
+/// Rows from which the step's row-wise loops (norms, rope, activations, residuals, quantizing)
+/// are split over the compute threads. A prompt slice has hundreds of rows, and run on one
+/// core these loops were a quarter of prefill's time while the other core waited; a decode
+/// step's few rows cost less than handing them over.
+pub const PARALLEL_ROWS: usize = 16;
+
+/// Rows per task when `rows` rows are split: four tasks a thread, so a core slowed by a
+/// neighbour hands some of its share to the other.
+pub fn rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(4 * rayon::current_num_threads())
+}
+
+/// `f(row, out_row)` for each `width`-wide row of `out`, over the compute threads when there
+/// are many rows. Each row is computed alike either way.
+#[inline(always)]
+pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    let rows = out.len() / width;
+    if rows < PARALLEL_ROWS {
+        out.chunks_exact_mut(width)
+            .enumerate()
+            .for_each(|(r, o)| f(r, o));
+        return;
+    }
+    let per_task = rows_per_task(rows);
+    out.par_chunks_mut(per_task * width)
+        .enumerate()
+        .for_each(|(task, chunk)| {
+            for (i, o) in chunk.chunks_exact_mut(width).enumerate() {
+                f(task * per_task + i, o);
+            }
+        });
+}
