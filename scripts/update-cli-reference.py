@@ -3,6 +3,7 @@
 binary's current `--help` texts (run after adding or changing a flag; tests/e2e/test_docs.py
 fails while the page lacks a flag or a default). The text above that heading is kept as written."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,9 @@ MARKER = "## `braid serve` flags"
 
 
 def help_text(*args: str) -> str:
-    return subprocess.run([binary, *args, "--help"], capture_output=True, text=True, check=True).stdout.strip("\n")
+    text = subprocess.run([binary, *args, "--help"], capture_output=True, text=True, check=True).stdout.strip("\n")
+    # clap names the program after the file it was run as; the page names it `braid`.
+    return re.sub(r"^Usage: \S+", "Usage: braid", text, flags=re.M)
 
 
 def details(title: str, text: str) -> str:
