@@ -2,7 +2,8 @@
 # The standard benchmark suite: builds release, starts braid on the default model, runs
 # `braid bench` scaling / interference (braided and with --no-chunked-prefill) / poisson /
 # prefix-cache and the engine alone (also once per kernel the CPU supports), writes
-# docs/benchmarks/<date>/ (JSON + SVG) and regenerates docs/PERFORMANCE.md from it. With LLAMA_SERVER=/path/to/llama-server, the same suite also
+# docs/benchmarks/<date>/ (JSON + SVG) and its report, README.md (quote its figures in docs/PERFORMANCE.md's
+# section for this CPU). With LLAMA_SERVER=/path/to/llama-server, the same suite also
 # runs against llama.cpp's server on the same GGUF with the same threads, in the same run,
 # and the report gives braid/llama.cpp ratios.
 set -euo pipefail
@@ -102,5 +103,5 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
 fi
 
 echo "end: $(cat /proc/loadavg)" >>"$OUT/load.txt"
-python3 scripts/render-performance.py "$OUT" >docs/PERFORMANCE.md
-echo "bench: wrote $OUT and docs/PERFORMANCE.md" >&2
+python3 scripts/render-performance.py "$OUT" >"$OUT/README.md"
+echo "bench: wrote $OUT and its report $OUT/README.md" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes docs/PERFORMANCE.md (to stdout) from one scripts/bench.sh output folder.
+"""Writes the report of one scripts/bench.sh output folder (to stdout; bench.sh saves it as the
+folder's README.md, and docs/PERFORMANCE.md quotes its figures per CPU and links to it).
 
-Every figure in the page comes from the JSON files in that folder, so the page and the
+Every figure in the report comes from the JSON files in that folder, so the report and the
 benchmark cannot drift apart; the prose around the tables says how to read them.
 """
 
@@ -48,6 +49,7 @@ def cpu_name() -> str:
 
 
 def machine() -> str:
+    """The machine rendering the report: bench.sh renders it right after the run, on the same machine."""
     cpu = cpu_name()
     try:
         mem = int(open("/proc/meminfo").read().split()[1]) / 1024 / 1024
@@ -68,8 +70,8 @@ def main(out: Path):
     overload = {"braid": load(out / "braid" / "overload" / "poisson.json"), "llama.cpp": load(out / "llama.cpp" / "overload" / "poisson.json")}
     rss = (out / "braid-rss-bytes.txt").read_text().strip() if (out / "braid-rss-bytes.txt").exists() else None
     p = print
-    p("# braid performance\n")
-    p(f"Latest run: `scripts/bench.sh` → [`{out}`]({out.relative_to('docs')}/) (JSON reports, SVG charts, raw server logs).")
+    p(f"# `scripts/bench.sh` run: {out.name}\n")
+    p("The JSON reports, SVG charts and raw server logs are in this folder; [docs/PERFORMANCE.md](../../PERFORMANCE.md) has the current figures per CPU.")
     p(f"Machine: {machine()}. Model: SmolLM2-135M-Instruct Q4_1 GGUF (the default). All figures are from one run;")
     p("the machine is shared and noisy, so compare ratios measured side by side and read medians and percentiles.")
     load_file = out / "load.txt"
@@ -84,7 +86,7 @@ def main(out: Path):
 
     if engine:
         p("## The engine alone (`braid bench-engine`)\n")
-        p(f"Kernel `{engine['kernel']}`, {engine['threads']} threads, {engine['weight_bytes'] / 1e6:.0f} MB of packed int8 weights read per step.\n")
+        p(f"Kernel `{engine['kernel']}`, {engine['threads']} threads, {engine['weight_bytes'] / 1e6:.0f} MB of packed weights read per step.\n")
         p("| measure | braid | target | fraction of the machine's limit |")
         p("|---|---|---|---|")
         pre = engine["prefill_tokens_per_sec"]
@@ -103,10 +105,9 @@ def main(out: Path):
             p("|---|---|---|---|---|")
             for k in engine["kernels"]:
                 p(f"| {k['rows']} | {f(k['candle_as_shipped'], 0)} | {f(k['candle_q8_0'], 0)} | {f(k['candle_f32'], 0)} | {f(k['braid_int8'], 0)} |")
-            p("\nbraid requantizes Q4_1 to 8-bit blocks of 32 at load and reads each weight block once per step for every row")
-            p("(weight-stationary, `vpdpbusd`), so one path serves a single decode and a 512-token prompt alike, and every row")
-            p("is computed the same way whatever the batch (bit-identical results). The cost: 151 MB of packed weights")
-            p("instead of 96 MB, i.e. more bytes per decoded token than Q4_1 would need with an equally good 4-bit kernel.\n")
+            p("\nbraid's kernel reads each weight block once per step for every row (weight-stationary), so one path")
+            p("serves a single decode and a 512-token prompt alike, and every row is computed the same way whatever")
+            p("the batch (bit-identical results).\n")
         if all(ctx.values()):
             p("As the context grows (decode, step p50):\n")
             p("| context | 1 sequence tok/s | 16 sequences tok/s | 16-sequence step p50 |")
@@ -169,7 +170,7 @@ def main(out: Path):
         p("| llama.cpp default `-b 2048` (issue's reference) | 3.9–4.3 s | 12 | | | 4.3–4.6 s | |")
         p("| llama.cpp `-b 128 -ub 128` (issue's reference) | 0.63 s | 116 | | | 7.7 s | |")
         p("")
-        p(f"Charts: [braided]({out.relative_to('docs')}/braid/interference.svg), [whole prompts]({out.relative_to('docs')}/braid-no-chunking/interference.svg).\n")
+        p("Charts: [braided](braid/interference.svg), [whole prompts](braid-no-chunking/interference.svg).\n")
 
     for title, reports in (("within capacity", {"braid": braid["poisson"], "llama.cpp": llama["poisson"]}), ("overload", overload)):
         if not reports["braid"]:

@@ -429,8 +429,9 @@ impl Engine {
                 }
             }
         }
-        // Each row is sampled on the compute pool: a structured output's grammar mask costs
-        // about 0.1 ms per sequence, and every sampler owns its state (RNG, grammar), so the
+        // Each row is sampled on the compute pool: a structured output's grammar mask is real
+        // work for every sequence (`braid bench scaling --json-schema` measures its cost; see
+        // docs/benchmarks/HISTORY.md), and every sampler owns its state (RNG, grammar), so the
         // result does not depend on which thread ran it.
         let mut samplers: HashMap<SeqId, &mut Sampler> = self
             .active

@@ -4,8 +4,9 @@
 //! rows decode. Between two loops a rayon worker with nothing to do yields ~30 times and then
 //! sleeps; waking it again takes longer on a virtual machine than such a loop lasts, so the
 //! thread that forked the loop ran both halves while its partner was still waking, and a lone
-//! sequence's step used the second core for barely a fifth of its work (measured: 2 threads
-//! 1.26× 1 thread; half the loops put a thread to sleep). For the step's length the other
+//! sequence's step used the second core for little of its work (`braid bench-engine --batch 1`
+//! with `--threads 1` against `--threads 2` shows it; the measurement is in
+//! docs/benchmarks/HISTORY.md, 2026-12-04 night). For the step's length the other
 //! threads instead run a job that keeps stealing: it looks for pending work, and finding none,
 //! yields to the OS and looks again, until the step is done. Between steps they sleep as before.
 //!

@@ -27,10 +27,11 @@
 //! blocks) when the target leaves it less than `min_prefill_chunk`: as much as fits under the
 //! target, at least one token; or `min_prefill_chunk` tokens when the decodes alone already
 //! exceed the target. Measured in time rather than tokens, the step stays near the target on
-//! a CPU where 16 prompt tokens cost more than the decodes (at a 50 ms target such a fixed
-//! slice made 90 ms steps); the overshoot the target tolerates is left to the cost model's
-//! error (`step_headroom.rs`), not spent here (1.1 times the target here, on top of that
-//! error, made the decoders' ITL p99 1.19 times a 50 ms target). One such
+//! a CPU where 16 prompt tokens cost more than the decodes (where a fixed 16-token slice made
+//! steps far longer than a tight target); the overshoot the target tolerates is left to the
+//! cost model's error (`step_headroom.rs`), not spent here as well (spent twice, it put the
+//! decoders' ITL p99 over the tolerance: `braid bench interference`, the 2026-12-04 runs in
+//! docs/benchmarks/HISTORY.md). One such
 //! prompt per step, which still guarantees everyone progress, because once that prompt is read
 //! the next starving one is first. New prompts are admitted whenever a running slot and blocks are free, and
 //! running sequences end (every sequence has a token limit), so the queue always drains.

@@ -1,19 +1,20 @@
 //! How much of the latency target a step may be planned up to.
 //!
-//! The cost model is centred (its median error is within a percent of zero) but not exact:
-//! on a shared 2-core machine a step lands 12–25% over its prediction at the 99th percentile.
-//! A step planned right up to the target therefore overshoots it by that much about once in a
-//! hundred steps, and the decoders' ITL p99 is the target times that error. Planning to
+//! The cost model is centred (its median error is close to zero) but not exact: at the 99th
+//! percentile a step lands well over its prediction (`braid bench interference` reports the
+//! error's distribution on each machine; docs/PERFORMANCE.md has the figures). A step planned
+//! right up to the target therefore overshoots it by that much about once in a hundred steps, and the decoders' ITL p99 is the target times that error. Planning to
 //! `target × TOLERATED / q99(measured / predicted)` instead keeps the steps the planner
 //! sizes within [`StepHeadroom::TOLERATED`] times the target in 99 of 100, on whatever
 //! machine runs them: the margin is learned from the error this machine shows, not guessed.
 //!
 //! Only steps that read a prompt next to decodes count: those are the steps sized to the
-//! target; a decode-only step has nothing to shrink. That makes them few: at a 200 ms target
-//! a 1,200-token prompt is read in about eight, so a run can end before the first twenty are
+//! target; a decode-only step has nothing to shrink. That makes them few: at a long target a
+//! long prompt is read in a handful of steps, so a run can end before the first twenty are
 //! seen. Until then the planner assumes the error's p99 is [`StepHeadroom::PRIOR_P99`] (or the
 //! worst ratio seen so far, if higher), rather than that the model is exact: planned to the
-//! whole target, the first prompts' steps landed 10–25% over it, once a 250 ms gap.
+//! whole target, the first prompts' steps landed over it, once by a stall (the run is in
+//! docs/benchmarks/HISTORY.md, 2026-12-04 night).
 
 use std::collections::VecDeque;
 
@@ -30,7 +31,7 @@ impl StepHeadroom {
     /// Steps needed before their p99 is trusted; until then [`Self::PRIOR_P99`] stands in.
     pub const MIN_STEPS: usize = 20;
     /// The error's p99 assumed before [`Self::MIN_STEPS`] sized steps are seen: the top of the
-    /// 12–25% the cost model showed on shared 2-core machines.
+    /// range `braid bench interference` measured on the machines of docs/PERFORMANCE.md.
     pub const PRIOR_P99: f64 = 1.25;
     /// How far over the target a sized step may land in the 99th percentile.
     pub const TOLERATED: f64 = 1.1;

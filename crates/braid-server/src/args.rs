@@ -1,5 +1,5 @@
 //! `braid serve`'s flags: one struct, every flag with a default and a doc comment, because
-//! these comments are what `braid serve --help` and the README show.
+//! these comments are what `braid serve --help` and docs/CLI.md show.
 //!
 //! Engine settings are turned into an `EngineConfig` here, so the engine never sees clap.
 

@@ -45,8 +45,7 @@ pub enum Constraint {
 }
 
 /// The largest schema, regex, grammar or list of choices compiled, in bytes. Compiling costs
-/// memory in proportion (a 800 KB schema takes some 100 MB before llguidance refuses it), and
-/// OpenAI's own bounds on a schema (100 properties, 15,000 characters of names) fit many
+/// memory in proportion, many times the source's size, and OpenAI's own bounds on a schema (100 properties, 15,000 characters of names) fit many
 /// times over.
 pub const MAX_SOURCE_BYTES: usize = 128 * 1024;
 
@@ -77,22 +76,25 @@ impl Constraint {
 }
 
 /// The stack a grammar is compiled on. llguidance compiles a rule by recursing into the rules
-/// it refers to, a few kilobytes of stack per rule in a chain (`a0: a1`, `a1: a2`, ...; some
-/// 13 KB in a debug build): an 11 KB Lark grammar of 1,000 such rules overflowed the 2 MiB
-/// stack of a server worker and aborted the server. Within [`MAX_SOURCE_BYTES`] a chain has at
+/// it refers to, a few kilobytes of stack per rule in a chain (`a0: a1`, `a1: a2`, ...; more
+/// in a debug build): an 11 KB Lark grammar of 1,000 such rules overflowed the 2 MiB stack of
+/// a server worker and aborted the server (the hostile-input suite of docs/RELIABILITY.md
+/// sends such chains). Within [`MAX_SOURCE_BYTES`] a chain has at
 /// most some 11,000 rules, which even a debug build compiles within this. It is only reserved:
 /// a grammar uses as much of it as it goes deep.
 const COMPILE_STACK_BYTES: usize = 256 << 20;
 
-/// Bounds on the work one grammar may cost. llguidance's defaults allow a mask to take tens
-/// of milliseconds; a shared engine step should not wait that long for one sequence.
+/// Bounds on the work one grammar may cost. llguidance's defaults allow a mask to take a
+/// large share of a step; a shared engine step should not wait that long for one sequence.
+/// Fuel and items are llguidance's units of work, not time: these bounds keep the worst mask
+/// a small share of a step, and a grammar that needs more is refused or ends its answer.
 fn limits() -> ParserLimits {
     ParserLimits {
-        // ~20 ms of regex building at compile time.
+        // Regex building at compile time.
         initial_lexer_fuel: 1_000_000,
-        // ~7 ms of lexing per mask.
+        // Lexing per mask.
         step_lexer_fuel: 100_000,
-        // ~2.5 ms of Earley items per mask.
+        // Earley items per mask.
         step_max_items: 50_000,
         max_lexer_states: 100_000,
         // Symbols in the grammar: a schema of some hundreds of kilobytes.
