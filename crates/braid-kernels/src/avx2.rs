@@ -825,9 +825,10 @@ const PREFETCH_BLOCKS: usize = 4;
 
 /// Asks the cache for the weights `PREFETCH_BLOCKS` blocks after `tile` (the next tile's, past
 /// the end of a tile row: tiles are stored in the order the tasks read them). A step's first
-/// pass over a tile row otherwise waits on memory at every block: with it, `bench-engine
-/// --kernel avx2` decoded 1 and 16 sequences ~10–15% faster on a Zen 4 (alternating builds);
-/// the AVX-512 kernel, which spends fewer cycles per block, measured no difference.
+/// pass over a tile row otherwise waits on memory at every block, and AVX2 spends enough
+/// cycles per block for the prefetch to arrive in time (`braid bench-engine --kernel avx2`
+/// with and without it shows the gain; the AVX-512 kernel, which spends fewer cycles per
+/// block, showed none, so it does not prefetch).
 ///
 /// # Safety
 ///

@@ -169,9 +169,8 @@ unsafe fn rows_tile<T: Block, const R: usize, const A: usize>(
 ) {
     let mut facc = [_mm512_setzero_ps(); R];
     // Two blocks per iteration, in order: the loads of the second start while the first's
-    // sums finish. A build tuned for Zen 4 unrolled this loop itself and decoded one sequence
-    // ~15% faster than the generic x86-64 tuning did without it. (A function, not a closure:
-    // a closure would not inherit this function's target features.)
+    // sums finish: a build tuned for Zen 4 unrolled this loop itself, and the generic x86-64
+    // tuning does not (`braid bench-engine --batch 1` shows the difference).
     let mut pairs = tile_row.chunks_exact(2);
     for (p, pair) in pairs.by_ref().enumerate() {
         pair[0].block::<R, A>(x, row0, kbs, 2 * p, &mut facc);

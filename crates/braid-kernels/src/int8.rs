@@ -1,8 +1,9 @@
 //! The int8 weight format: `y = x · Wᵀ` with int8 weights and int8 activations.
 //!
-//! Why braid has its own kernels: candle runs the default model's Q4_1 matmuls on a scalar path (~110 tokens/s
-//! whatever the batch) and its Q8_0 path stops gaining after ~4 rows, because it re-reads every
-//! weight block for every activation row. A serving step carries many rows (16 decodes, or a
+//! Why braid has its own kernels: candle runs the default model's Q4_1 matmuls on a scalar path
+//! whose speed does not grow with the batch, and its Q8_0 path stops gaining after a few rows,
+//! because it re-reads every weight block for every activation row (`braid bench-engine
+//! --compare-kernels` times both against braid's). A serving step carries many rows (16 decodes, or a
 //! prompt slice), so the kernel here is *weight-stationary*: each weight block is loaded once
 //! and applied to every row of the step, with AVX-512 VNNI integer dot products (`vpdpbusd`).
 //!

@@ -153,8 +153,8 @@ impl Model {
     ) -> Result<&'w [f32]> {
         self.check(batch, kv)?;
         // A step runs ~150 parallel loops. Started from a thread outside the compute pool, each
-        // would hand its work over and sleep until it is done (two thread wake-ups per loop,
-        // ~1 ms per decode step); started from inside, the pool's threads only share work.
+        // would hand its work over and sleep until it is done (two thread wake-ups per loop);
+        // started from inside, the pool's threads only share work.
         braid_kernels::run_step(|| self.forward_in_pool(batch, kv, ws))
     }
 
