@@ -14,7 +14,7 @@
 
 use super::int4::Unpacked;
 use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
-use crate::kernel_table::{KernelOps, PeakOp};
+use crate::kernel_ops::{KernelOps, PeakOp};
 use crate::panels::{for_each_panel, PanelTile};
 use crate::FloatIsa;
 use std::arch::x86_64::*;

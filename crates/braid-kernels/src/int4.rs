@@ -252,7 +252,7 @@ impl<T: NibbleTile> NibbleWeight<T> {
 
 /// The portable reference of every format of unsigned integers with a scale and a minimum:
 /// every kernel's arithmetic, one element at a time. Writes what
-/// [`super::packed_weight::FormatTile::reference_tiles`] documents.
+/// [`crate::format_tile::FormatTile::reference_tiles`] documents.
 ///
 /// # Safety
 ///
@@ -293,7 +293,7 @@ pub(super) unsafe fn nibble_reference_tiles<T: NibbleTile>(
     }
 }
 
-impl super::packed_weight::FormatTile for Tile {
+impl crate::format_tile::FormatTile for Tile {
     unsafe fn reference_tiles(
         x: &QuantizedRows,
         weights: &[Tile],

@@ -128,7 +128,7 @@ impl NibbleTile for Tile {
     }
 }
 
-impl super::packed_weight::FormatTile for Tile {
+impl crate::format_tile::FormatTile for Tile {
     unsafe fn reference_tiles(
         x: &QuantizedRows,
         weights: &[Tile],

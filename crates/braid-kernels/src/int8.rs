@@ -161,7 +161,7 @@ impl Int8Weight {
 }
 
 /// The portable reference: every kernel's arithmetic, one element at a time.
-impl super::packed_weight::FormatTile for Tile {
+impl crate::format_tile::FormatTile for Tile {
     unsafe fn reference_tiles(
         x: &QuantizedRows,
         weights: &[Tile],

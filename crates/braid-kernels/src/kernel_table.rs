@@ -9,37 +9,8 @@
 //! and one row here. A row's operations exist only on the architecture it runs on; elsewhere
 //! the kernel is listed (for `braid info`) but never supported.
 
-use crate::{int4, int5, int8, FloatIsa, QuantizedRows};
-use std::ops::Range;
-
-/// Writes `out[row * n + col]` for every row of the activations and every column of the given
-/// tiles of a weight `n` outputs wide, exactly as the format's portable reference does.
-///
-/// # Safety
-///
-/// The CPU must have the kernel's features; `out` must be valid for writes of `rows * n`
-/// floats, and no one else may read or write the elements the call writes until it returns.
-pub(crate) type TilesFn<T> = unsafe fn(&QuantizedRows, &[T], usize, Range<usize>, *mut f32);
-
-/// The multiply-add instruction of a kernel, run from registers: `run(iters)` executes
-/// `iters` × 12 of them; each does `macs` multiply-adds.
-///
-/// # Safety (of `run`)
-///
-/// The CPU must have the kernel's features.
-pub(crate) struct PeakOp {
-    pub macs: usize,
-    pub run: unsafe fn(usize) -> i32,
-}
-
-/// What one instruction set computes with.
-pub(crate) struct KernelOps {
-    pub int8: TilesFn<int8::Tile>,
-    pub int4: TilesFn<int4::Tile>,
-    pub int5: TilesFn<int5::Tile>,
-    pub floats: FloatIsa,
-    pub peak: Option<PeakOp>,
-}
+use crate::kernel_ops::KernelOps;
+use crate::{int4, int5, int8, FloatIsa};
 
 /// One row of the table.
 pub(crate) struct KernelRow {
@@ -100,9 +71,9 @@ kernel_table! {
 /// The portable reference: every format's `reference_tiles`, the float loops as compiled for
 /// the baseline CPU, and no multiply-add instruction to measure.
 static PORTABLE_OPS: KernelOps = KernelOps {
-    int8: <int8::Tile as crate::packed_weight::FormatTile>::reference_tiles,
-    int4: <int4::Tile as crate::packed_weight::FormatTile>::reference_tiles,
-    int5: <int5::Tile as crate::packed_weight::FormatTile>::reference_tiles,
+    int8: <int8::Tile as crate::format_tile::FormatTile>::reference_tiles,
+    int4: <int4::Tile as crate::format_tile::FormatTile>::reference_tiles,
+    int5: <int5::Tile as crate::format_tile::FormatTile>::reference_tiles,
     floats: FloatIsa::Portable,
     peak: None,
 };

@@ -31,10 +31,12 @@ mod awake_threads;
 mod f16_lanes;
 #[cfg(test)]
 mod format_checks;
+mod format_tile;
 pub mod int4;
 pub mod int5;
 pub mod int8;
 pub mod int8_peak;
+mod kernel_ops;
 pub mod kernel_table;
 mod kv_pool;
 #[cfg(target_arch = "aarch64")]

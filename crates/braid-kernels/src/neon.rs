@@ -33,7 +33,7 @@
 
 use super::int4::Unpacked;
 use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
-use crate::kernel_table::{KernelOps, PeakOp};
+use crate::kernel_ops::{KernelOps, PeakOp};
 use crate::panels::{for_each_panel, PanelTile};
 use crate::FloatIsa;
 use half::f16;
@@ -182,8 +182,7 @@ struct Panels<'a, const MMLA: bool> {
 impl<const MMLA: bool, T: Block> PanelTile<T> for Panels<'_, MMLA> {
     #[inline(always)]
     unsafe fn unpacked(block: &T) -> Option<Unpacked> {
-        // SAFETY: the caller vouches for the features.
-        unsafe { block.unpacked() }
+        block.unpacked()
     }
 
     #[inline(always)]

@@ -13,6 +13,7 @@ use super::int4::Int4Weight;
 use super::int5::Int5Weight;
 use super::int8::Int8Weight;
 use super::{Kernel, QuantizedRows, TILE_N};
+use crate::format_tile::FormatTile;
 use crate::send_ptr::SendPtr;
 use rayon::prelude::*;
 
@@ -131,24 +132,4 @@ pub fn matmul_reference(x: &QuantizedRows, w: &PackedWeight, out: &mut [f32]) {
             }
         }
     }
-}
-
-/// A weight format's tile: the portable reference, which the kernel table's portable row
-/// holds and every other row must match.
-pub(crate) trait FormatTile: Sized {
-    /// Writes `out[row * n + col]` for every row of `x` and every column `col` of the tiles
-    /// `tiles` of `weights` (`[n_tiles][k_blocks]`; the 16 columns from `16 · tile`, fewer in a
-    /// last partial tile), and nothing else.
-    ///
-    /// # Safety
-    ///
-    /// `out` must be valid for writes of `x.rows() * n` floats, and no one else may read or
-    /// write the elements this call writes until it returns.
-    unsafe fn reference_tiles(
-        x: &QuantizedRows,
-        weights: &[Self],
-        n: usize,
-        tiles: std::ops::Range<usize>,
-        out: *mut f32,
-    );
 }

@@ -35,7 +35,7 @@ pub(crate) trait PanelTile<T> {
     /// # Safety
     ///
     /// The CPU must have the instruction set's features, `rows.end` is at most the rows of the
-    /// activations, and the output is as [`crate::kernel_table::TilesFn`] requires.
+    /// activations, and the output is as [`crate::kernel_ops::TilesFn`] requires.
     unsafe fn tile(&self, blocks: &[T], rows: Range<usize>, t: usize);
 
     /// [`PanelTile::tile`] with the blocks unpacked.

@@ -137,7 +137,7 @@ fn tojson(
         minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
     })?;
     Ok(match indent {
-        None => crate::tool_calls::hermes::python_json(&json),
+        None => crate::python_json::python_json(&json),
         Some(n) => {
             let spaces = vec![b' '; n];
             let mut out = Vec::new();

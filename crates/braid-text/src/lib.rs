@@ -11,6 +11,7 @@ pub mod chat_template;
 pub mod constraint;
 mod error;
 pub mod gbnf;
+pub mod python_json;
 #[cfg(any(test, feature = "test-util"))]
 pub mod tiny_vocab;
 pub mod tokenizer;

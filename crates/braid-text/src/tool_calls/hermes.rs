@@ -11,58 +11,11 @@
 //! token for streaming, the same way whichever template rendered the prompt.
 
 use crate::chat_template::ChatMessage;
-use serde::Serialize;
+use crate::python_json::python_json;
 use serde_json::Value;
 
 const CALL_OPEN: &str = "<tool_call>";
 const CALL_CLOSE: &str = "</tool_call>";
-
-/// JSON as Python's `json.dumps` writes it (`", "` and `": "`), as Hugging Face templates
-/// render tools and calls with `tojson`, and as the grammar makes the model write arguments.
-pub fn python_json(value: &Value) -> String {
-    let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter);
-    value
-        .serialize(&mut ser)
-        .expect("a JSON value always serializes");
-    String::from_utf8(out).expect("serde_json writes UTF-8")
-}
-
-struct PythonFormatter;
-
-/// `", "` before every item but the first, of arrays and objects alike.
-fn item_separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
-    if first {
-        Ok(())
-    } else {
-        writer.write_all(b", ")
-    }
-}
-
-impl serde_json::ser::Formatter for PythonFormatter {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        item_separator(writer, first)
-    }
-
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
-        item_separator(writer, first)
-    }
-
-    fn begin_object_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-    ) -> std::io::Result<()> {
-        writer.write_all(b": ")
-    }
-}
 
 /// The system prompt's description of `tools` (OpenAI's `{"type": "function", "function":
 /// {...}}` objects), in Qwen 2.5's wording.
@@ -371,15 +324,6 @@ mod tests {
             name: name.into(),
             arguments: args.to_string(),
         })
-    }
-
-    #[test]
-    fn python_json_spaces_separators_and_keeps_key_order() {
-        let v = json!({"name": "f", "arguments": {"b": [1, 2], "a": "x"}});
-        assert_eq!(
-            python_json(&v),
-            r#"{"name": "f", "arguments": {"b": [1, 2], "a": "x"}}"#
-        );
     }
 
     #[test]
