@@ -5,10 +5,10 @@
 # aarch64 cross toolchain and qemu: the first run needs root for apt-get), checks formatting
 # and lints, builds once in release, then runs the Rust tests, the kernels' tests on aarch64
 # under qemu (scripts/test-arm.sh), and the end-to-end suite against the real binary on the
-# real model.
+# real model, two test files at a time (tests/e2e/conftest.py says which tests run alone).
 # Ends with each phase's wall time, also when a phase fails (the exit status is then that
 # phase's).
-# Extra arguments go to pytest (scripts/test.sh -k prefix_cache).
+# Extra arguments go to pytest (scripts/test.sh -k prefix_cache; -n 0 runs one file at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -84,5 +84,5 @@ scripts/test-arm.sh
 
 start_phase e2e
 export BRAID_BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/braid"
-.venv/bin/python -m pytest -q tests/e2e "$@"
+.venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests/e2e "$@"
 end_phase
