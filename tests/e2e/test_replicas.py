@@ -17,6 +17,10 @@ import requests
 
 from conftest import BIN, MODEL, ROOT
 
+# Two replicas and nginx on two cores, and checks on how nginx spread the streams and on what
+# was still running when a replica was killed: no other test runs meanwhile.
+pytestmark = pytest.mark.alone
+
 PROMPTS = ["Once upon a time", "The history of bread", "def main():", "Dear diary,", "The ocean is", "My plan for today"]
 
 

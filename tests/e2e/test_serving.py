@@ -159,7 +159,7 @@ def test_oha_sixteen_connections_for_twenty_seconds_without_errors(server):
 
 def test_curl_streams_sse(server):
     out = subprocess.run(
-        ["curl", "-sN", server.url + "/v1/completions", "-H", "content-type: application/json", "-d", json.dumps({"prompt": "The moon is", "max_tokens": 5, "stream": True})],
+        ["curl", "-sN", server.url + "/v1/completions", "-H", "content-type: application/json", "-d", json.dumps({"prompt": "The moon is", "max_tokens": 5, "stream": True, "ignore_eos": True})],
         capture_output=True,
         text=True,
         timeout=60,
