@@ -6,15 +6,14 @@
 # (the Rust target, Debian's cross gcc and libc, qemu-user-static); .cargo/config.toml names the
 # linker and the qemu runner.
 #
-# Only the ISA-specific tests: the rest of braid-model (tokenizer, templates, constraints,
-# sampling) is the same code on every CPU, is tested natively, and under emulation would only
-# take minutes.
+# Only braid-kernels: the rest (the model, tokenizers, templates, constraints, sampling) is
+# the same code on every CPU, is tested natively, and under emulation would only take minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 target=aarch64-unknown-linux-gnu
 # The crate with the ISA-specific code: the kernels and attention.
-crate=braid-model
+crate=braid-kernels
 
 for tool in aarch64-linux-gnu-gcc qemu-aarch64-static; do
   if ! command -v "$tool" >/dev/null 2>&1; then
@@ -26,13 +25,5 @@ done
 echo "test-arm: $crate on $target under qemu. This checks correctness only: qemu's timings say nothing about a real Arm CPU."
 # The NEON kernel file is compiled only for aarch64, so the native clippy never sees it.
 cargo clippy --release --target "$target" -p "$crate" --all-targets -- -D warnings
-if [ "$crate" = braid-model ]; then
-  # The kernels' and attention's unit tests among braid-model's, and the tiny model's forward
-  # tests, which go through the kernels end to end.
-  cargo test --release --target "$target" -p braid-model --lib -- kernels:: attention::
-  cargo test --release --target "$target" -p braid-model --test tiny_model
-else
-  # A crate of ISA-specific code only: all of its tests.
-  cargo test --release --target "$target" -p "$crate"
-fi
+cargo test --release --target "$target" -p "$crate"
 echo "test-arm: passed under qemu (correctness only; qemu's timings say nothing about a real Arm CPU)."
