@@ -188,7 +188,7 @@ fn bounded(f: &NumericField) -> BoxedStrategy<Value> {
         Kind::Integer => {
             let (lo, hi) = (lo as i64, hi as i64);
             prop_oneof![
-                8 => (lo..=hi).prop_map(Value::from),
+                16 => (lo..=hi).prop_map(Value::from),
                 2 => prop::sample::select(vec![lo, hi, lo - 1, hi + 1]).prop_map(Value::from),
                 1 => any::<i64>().prop_map(Value::from),
                 1 => odd_number(),
@@ -199,7 +199,7 @@ fn bounded(f: &NumericField) -> BoxedStrategy<Value> {
             let past = (hi - lo) / 10.0;
             let edges = vec![lo, hi, lo - 1e-6, hi + 1e-6, lo - past, hi + past];
             prop_oneof![
-                8 => (lo..=hi).prop_map(Value::from),
+                16 => (lo..=hi).prop_map(Value::from),
                 2 => prop::sample::select(edges).prop_map(Value::from),
                 1 => odd_number(),
             ]
@@ -245,9 +245,9 @@ fn field(name: &'static str, chat: bool) -> BoxedStrategy<Value> {
             .boxed(),
         "max_tokens" | "max_completion_tokens" => int(-2, 12),
         "seed" => int(-5, 1000),
-        // Token ids (some outside the vocabulary of 262) to biases.
+        // Token ids (a few outside the vocabulary of 262) to biases.
         "logit_bias" => prop::collection::btree_map(
-            (-2i64..300).prop_map(|id| id.to_string()),
+            prop_oneof![9 => 0i64..262, 1 => -2i64..100_000].prop_map(|id| id.to_string()),
             bounded(&LOGIT_BIAS),
             0..3,
         )
