@@ -6,7 +6,7 @@
 //! The dashboard and its event feed are left out: they are a view, not the API.
 
 use crate::error::ErrorBody;
-use crate::field_bounds::{Kind, CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, SAMPLING_FIELDS};
+use crate::field_bounds::{CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, SAMPLING_FIELDS};
 use crate::openai_types::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
     CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
@@ -108,9 +108,13 @@ fn document_bounds(doc: &mut Value) {
             } else {
                 property
             };
-            let number = |x: f64| match field.kind {
-                Kind::Integer => json!(x as i64),
-                Kind::Number => json!(x),
+            // Whole bounds as integers, as utoipa writes them.
+            let number = |x: f64| {
+                if x.fract() == 0.0 {
+                    json!(x as i64)
+                } else {
+                    json!(x)
+                }
             };
             let lower = if field.exclusive_min {
                 "exclusiveMinimum"
