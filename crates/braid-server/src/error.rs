@@ -5,8 +5,12 @@
 //! way the scheduler can refuse a request) and axum's body rejections convert into it here,
 //! in one place. axum's own 422 for a body of the wrong
 //! shape is never sent: it becomes a 400 carrying serde's message, which names the field.
+//!
+//! `ValidationError` lives here too, beside its HTTP mapping, so that everything that
+//! refuses a request (validation, tool checking, the tokenizer endpoints) depends on this
+//! file and this file on none of them.
 
-use crate::validation::ValidationError;
+use crate::field_bounds::{NumericField, MAX_CHOICES};
 use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -150,6 +154,155 @@ impl IntoResponse for ApiError {
         resp.extensions_mut()
             .insert(ErrorMessage(self.detail.message));
         resp
+    }
+}
+
+/// Every way a request can be wrong, each message naming the field and the bound.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    #[error("the model `{requested}` does not exist; this server serves `{served}`")]
+    ModelNotFound { requested: String, served: String },
+    #[error("`{field}` is required")]
+    Missing { field: &'static str },
+    #[error("`{field}` must be a finite number, got {got}")]
+    NotFinite { field: &'static str, got: f64 },
+    #[error("`{field}` must be {bound}, got {got}")]
+    OutOfRange {
+        field: &'static str,
+        bound: String,
+        got: String,
+    },
+    #[error("`{field}` must not be empty")]
+    Empty { field: &'static str },
+    #[error("`{field}` must be {expected}")]
+    WrongShape {
+        field: &'static str,
+        expected: &'static str,
+    },
+    #[error("give exactly one of `{first}` and `{second}`")]
+    ExactlyOne {
+        first: &'static str,
+        second: &'static str,
+    },
+    #[error("`{field}` is not supported: {reason}")]
+    Unsupported {
+        field: &'static str,
+        reason: &'static str,
+    },
+    #[error("{prompts} prompts × `n` {n} = {total} choices; at most {MAX_CHOICES} per request", total = .prompts * .n)]
+    TooManyChoices { prompts: usize, n: usize },
+    #[error("give at most one of `{first}` and `{second}`: a request's output follows one format")]
+    TwoConstraints {
+        first: &'static str,
+        second: &'static str,
+    },
+    #[error("`{field}` cannot be enforced: {problem}")]
+    Grammar {
+        field: &'static str,
+        problem: String,
+    },
+    #[error("`{field}` has token id {id}, outside the vocabulary of {vocab} tokens (ids 0 to {last})", last = .vocab - 1)]
+    TokenOutOfVocab {
+        field: &'static str,
+        id: i64,
+        vocab: usize,
+    },
+    #[error("`stop` holds {count} strings; at most {max} are allowed")]
+    TooManyStops { count: usize, max: usize },
+    #[error("`stop` string {index} is {len} bytes long; at most {max} are allowed")]
+    StopTooLong {
+        index: usize,
+        len: usize,
+        max: usize,
+    },
+    #[error("`{param}` {reason}")]
+    InvalidTool { param: String, reason: String },
+    #[error("`messages[{index}]` {reason}")]
+    InvalidMessage { index: usize, reason: String },
+    #[error("`messages` cannot be rendered with the model's chat template: {0}")]
+    Template(String),
+    #[error("this model has no chat template (its GGUF has no `tokenizer.chat_template`, as base models usually do not), so `messages` cannot be turned into a prompt; send the text as a `prompt` to /v1/completions, or start the server with `braid serve --chat-template FILE` to supply a Jinja chat template")]
+    NoChatTemplate,
+    #[error("the prompt cannot be tokenized: {0}")]
+    Tokenize(String),
+    #[error("prompt ({prompt} tokens) + {field} ({max_tokens}) = {total} exceeds the model's context of {context} tokens", total = .prompt + .max_tokens)]
+    ContextOverflow {
+        field: &'static str,
+        prompt: usize,
+        max_tokens: usize,
+        context: usize,
+    },
+    #[error("the prompt ({prompt} tokens) fills the model's context of {context} tokens and leaves no room for a completion")]
+    PromptFillsContext { prompt: usize, context: usize },
+    #[error("`{field}` is {prompt} tokens long; this server accepts prompts of at most {max} tokens (--max-prompt-tokens)")]
+    PromptTooLong {
+        field: &'static str,
+        prompt: usize,
+        max: usize,
+    },
+}
+
+impl ValidationError {
+    pub fn out_of_range(field: &'static str, bound: &str, got: impl ToString) -> Self {
+        ValidationError::OutOfRange {
+            field,
+            bound: bound.to_string(),
+            got: got.to_string(),
+        }
+    }
+
+    /// `got` is outside `field`'s bounds.
+    pub fn outside(field: &NumericField, got: impl ToString) -> Self {
+        Self::out_of_range(field.name, &field.bound(), got)
+    }
+
+    /// The one place a validation failure becomes an HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ValidationError::ModelNotFound { .. } => StatusCode::NOT_FOUND,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// OpenAI's `param`: the offending field.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            ValidationError::ModelNotFound { .. } => Some("model"),
+            ValidationError::Missing { field }
+            | ValidationError::NotFinite { field, .. }
+            | ValidationError::OutOfRange { field, .. }
+            | ValidationError::Empty { field }
+            | ValidationError::WrongShape { field, .. }
+            | ValidationError::Unsupported { field, .. }
+            | ValidationError::TokenOutOfVocab { field, .. }
+            | ValidationError::ContextOverflow { field, .. }
+            | ValidationError::PromptTooLong { field, .. }
+            | ValidationError::ExactlyOne { first: field, .. }
+            | ValidationError::TwoConstraints { second: field, .. }
+            | ValidationError::Grammar { field, .. } => Some(field),
+            ValidationError::TooManyChoices { .. }
+            | ValidationError::PromptFillsContext { .. }
+            | ValidationError::Tokenize(_) => Some("prompt"),
+            ValidationError::TooManyStops { .. } | ValidationError::StopTooLong { .. } => {
+                Some("stop")
+            }
+            ValidationError::InvalidTool { param, .. } => Some(param),
+            ValidationError::InvalidMessage { .. }
+            | ValidationError::Template(_)
+            | ValidationError::NoChatTemplate => Some("messages"),
+        }
+    }
+
+    /// OpenAI's `code`, where OpenAI has one for the case.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            ValidationError::ModelNotFound { .. } => Some("model_not_found"),
+            ValidationError::ContextOverflow { .. }
+            | ValidationError::PromptFillsContext { .. } => Some("context_length_exceeded"),
+            ValidationError::PromptTooLong { .. } => Some("prompt_too_long"),
+            ValidationError::NoChatTemplate => Some("no_chat_template"),
+            _ => None,
+        }
     }
 }
 
@@ -323,12 +476,16 @@ mod tests {
         }
     }
 
+    /// A body with one typed field, as the request types declare theirs.
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Body {
+        temperature: Option<f64>,
+    }
+
     #[test]
     fn json_type_errors_become_400_naming_the_field() {
-        let r = axum::Json::<crate::openai_types::CompletionRequest>::from_bytes(
-            br#"{"temperature":"hot"}"#,
-        )
-        .unwrap_err();
+        let r = axum::Json::<Body>::from_bytes(br#"{"temperature":"hot"}"#).unwrap_err();
         let e = ApiError::from_json_rejection(r);
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(
@@ -337,10 +494,7 @@ mod tests {
             e.detail.message
         );
         assert_eq!(e.detail.param.as_deref(), Some("temperature"));
-        let r = axum::Json::<crate::openai_types::CompletionRequest>::from_bytes(
-            br#"{"temperature": NaN}"#,
-        )
-        .unwrap_err();
+        let r = axum::Json::<Body>::from_bytes(br#"{"temperature": NaN}"#).unwrap_err();
         assert_eq!(
             ApiError::from_json_rejection(r).status,
             StatusCode::BAD_REQUEST

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod connections;
 pub mod engine_observer;
 pub mod error;
+pub mod field_bounds;
 pub mod generation;
 pub mod json_body;
 pub mod logprobs;

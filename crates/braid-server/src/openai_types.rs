@@ -21,41 +21,6 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// Sampling and stopping fields shared by both endpoints (vLLM's names for the extras).
-///
-/// Both request types declare these fields themselves (`request_with_sampling!`) and copy
-/// them here (`sampling()`): `#[serde(flatten)]` would lose the field name from type errors
-/// ("invalid type: string, expected f64" without saying which field).
-#[derive(Clone, Debug, Default)]
-pub struct SamplingFields {
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub seed: Option<i64>,
-    /// A string or an array of strings.
-    pub stop: Option<Value>,
-    /// vLLM extra: token ids that end generation, besides the model's end-of-text ids.
-    pub stop_token_ids: Option<Vec<i64>>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repetition_penalty: Option<f64>,
-    pub ignore_eos: Option<bool>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    pub n: Option<i64>,
-    pub user: Option<String>,
-    /// Token id (as a string, as OpenAI sends it) → bias added to its logit.
-    pub logit_bias: Option<BTreeMap<String, f64>>,
-    pub response_format: Option<ResponseFormat>,
-    pub structured_outputs: Option<StructuredOutputs>,
-    pub guided_json: Option<Value>,
-    pub guided_regex: Option<String>,
-    pub guided_choice: Option<Vec<String>>,
-    pub guided_grammar: Option<String>,
-    pub prompt_logprobs: Option<i64>,
-}
-
 /// OpenAI's `response_format`. Every form is enforced while sampling; `strict: false` is
 /// enforced too, since an answer that does not parse helps no client.
 #[derive(Clone, Debug, Deserialize, ToSchema)]
@@ -92,67 +57,90 @@ pub struct StructuredOutputs {
     pub grammar: Option<String>,
 }
 
-/// Declares a request type: its own fields, then the sampling and stopping fields that both
-/// endpoints share, and `sampling()`, which copies those out.
+/// The sampling and stopping fields both generation endpoints take (vLLM's names for the
+/// extras), listed once: each request type declares them itself (`request_with_sampling!`),
+/// `SamplingFields` holds them for validation, and `sampling()` copies them over.
+/// `#[serde(flatten)]` would lose the field name from type errors ("invalid type: string,
+/// expected f64" without saying which field). The numeric fields' bounds are in
+/// `field_bounds.rs`, which /openapi.json reads them from.
+macro_rules! with_sampling_fields {
+    ($then:ident! { $($input:tt)* }) => {
+        $then! {
+            $($input)*
+            shared {
+                temperature: Option<f64>,
+                top_p: Option<f64>,
+                /// 0 or -1: off.
+                top_k: Option<i64>,
+                min_p: Option<f64>,
+                seed: Option<i64>,
+                #[schema(schema_with = schema::stop)]
+                stop: Option<Value>,
+                /// vLLM extra: token ids that end generation, besides the model's end-of-text ids.
+                #[schema(value_type = Option<Vec<u32>>)]
+                stop_token_ids: Option<Vec<i64>>,
+                presence_penalty: Option<f64>,
+                frequency_penalty: Option<f64>,
+                repetition_penalty: Option<f64>,
+                ignore_eos: Option<bool>,
+                stream: Option<bool>,
+                stream_options: Option<StreamOptions>,
+                /// Choices per prompt, each sampled with `seed + index` when a seed is given.
+                n: Option<i64>,
+                user: Option<String>,
+                /// Token id (a string, as OpenAI's JSON keys are) → bias added to that token's
+                /// logit before sampling; -100 bans it, 100 all but forces it.
+                #[schema(value_type = Option<BTreeMap<String, f64>>)]
+                logit_bias: Option<BTreeMap<String, f64>>,
+                /// The output's format, enforced token by token (at most one of this and the
+                /// vLLM fields below). `max_tokens` can still cut the output short, with
+                /// `finish_reason: "length"`.
+                response_format: Option<ResponseFormat>,
+                /// vLLM: one constraint of `json`, `regex`, `choice` or `grammar`.
+                structured_outputs: Option<StructuredOutputs>,
+                /// vLLM: a JSON Schema the output follows (an object, or a string holding one).
+                #[schema(value_type = Option<Object>)]
+                guided_json: Option<Value>,
+                /// vLLM: a regular expression (Rust `regex` syntax) the whole output matches.
+                guided_regex: Option<String>,
+                /// vLLM: the output is exactly one of these strings.
+                guided_choice: Option<Vec<String>>,
+                /// vLLM: a grammar the output follows, in llguidance's Lark dialect or llama.cpp's
+                /// GBNF (GBNF when it defines its rules with `::=`).
+                guided_grammar: Option<String>,
+                /// vLLM: each prompt token's logprob, rank and this many alternatives, in vLLM's
+                /// shape; not with `stream`.
+                prompt_logprobs: Option<i64>,
+            }
+        }
+    };
+}
+
+/// The shared fields, as validation reads them from either request type.
+macro_rules! sampling_fields_struct {
+    (shared { $($(#[$smeta:meta])* $sfield:ident: $sty:ty,)* }) => {
+        /// The sampling and stopping fields of a request, whichever endpoint it came to.
+        #[derive(Clone, Debug, Default)]
+        pub struct SamplingFields {
+            $(pub $sfield: $sty,)*
+        }
+    };
+}
+
+with_sampling_fields!(sampling_fields_struct! {});
+
+/// Declares a request type: its own fields, then the shared ones, and `sampling()`, which
+/// copies those out.
 macro_rules! request_with_sampling {
     (
         $(#[$meta:meta])*
         pub struct $name:ident { $($(#[$fmeta:meta])* pub $field:ident: $ty:ty,)* }
+        shared { $($(#[$smeta:meta])* $sfield:ident: $sty:ty,)* }
     ) => {
         $(#[$meta])*
         pub struct $name {
             $($(#[$fmeta])* pub $field: $ty,)*
-            #[schema(minimum = 0.0, maximum = 2.0)]
-            pub temperature: Option<f64>,
-            #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
-            pub top_p: Option<f64>,
-            /// 0 or -1: off.
-            #[schema(minimum = -1)]
-            pub top_k: Option<i64>,
-            #[schema(minimum = 0.0, maximum = 1.0)]
-            pub min_p: Option<f64>,
-            pub seed: Option<i64>,
-            #[schema(schema_with = schema::stop)]
-            pub stop: Option<Value>,
-            #[schema(value_type = Option<Vec<u32>>)]
-            pub stop_token_ids: Option<Vec<i64>>,
-            #[schema(minimum = -2.0, maximum = 2.0)]
-            pub presence_penalty: Option<f64>,
-            #[schema(minimum = -2.0, maximum = 2.0)]
-            pub frequency_penalty: Option<f64>,
-            #[schema(exclusive_minimum = 0.0, maximum = 2.0)]
-            pub repetition_penalty: Option<f64>,
-            pub ignore_eos: Option<bool>,
-            pub stream: Option<bool>,
-            pub stream_options: Option<StreamOptions>,
-            /// Choices per prompt, each sampled with `seed + index` when a seed is given.
-            #[schema(minimum = 1, maximum = 16)]
-            pub n: Option<i64>,
-            pub user: Option<String>,
-            /// Token id (a string, as OpenAI's JSON keys are) → bias from -100 to 100 added
-            /// to that token's logit before sampling; -100 bans it, 100 all but forces it.
-            #[schema(value_type = Option<BTreeMap<String, f64>>)]
-            pub logit_bias: Option<BTreeMap<String, f64>>,
-            /// The output's format, enforced token by token (at most one of this and the
-            /// vLLM fields below). `max_tokens` can still cut the output short, with
-            /// `finish_reason: "length"`.
-            pub response_format: Option<ResponseFormat>,
-            /// vLLM: one constraint of `json`, `regex`, `choice` or `grammar`.
-            pub structured_outputs: Option<StructuredOutputs>,
-            /// vLLM: a JSON Schema the output follows (an object, or a string holding one).
-            #[schema(value_type = Option<Object>)]
-            pub guided_json: Option<Value>,
-            /// vLLM: a regular expression (Rust `regex` syntax) the whole output matches.
-            pub guided_regex: Option<String>,
-            /// vLLM: the output is exactly one of these strings.
-            pub guided_choice: Option<Vec<String>>,
-            /// vLLM: a grammar the output follows, in llguidance's Lark dialect or llama.cpp's
-            /// GBNF (GBNF when it defines its rules with `::=`).
-            pub guided_grammar: Option<String>,
-            /// vLLM: each prompt token's logprob, rank and this many alternatives (0 to 20),
-            /// in vLLM's shape; not with `stream`.
-            #[schema(minimum = 0, maximum = 20)]
-            pub prompt_logprobs: Option<i64>,
+            $($(#[$smeta])* pub $sfield: $sty,)*
         }
 
         impl RequestFields for $name {
@@ -162,36 +150,14 @@ macro_rules! request_with_sampling {
         impl $name {
             pub fn sampling(&self) -> SamplingFields {
                 SamplingFields {
-                    temperature: self.temperature,
-                    top_p: self.top_p,
-                    top_k: self.top_k,
-                    min_p: self.min_p,
-                    seed: self.seed,
-                    stop: self.stop.clone(),
-                    stop_token_ids: self.stop_token_ids.clone(),
-                    presence_penalty: self.presence_penalty,
-                    frequency_penalty: self.frequency_penalty,
-                    repetition_penalty: self.repetition_penalty,
-                    ignore_eos: self.ignore_eos,
-                    stream: self.stream,
-                    stream_options: self.stream_options.clone(),
-                    n: self.n,
-                    user: self.user.clone(),
-                    logit_bias: self.logit_bias.clone(),
-                    response_format: self.response_format.clone(),
-                    structured_outputs: self.structured_outputs.clone(),
-                    guided_json: self.guided_json.clone(),
-                    guided_regex: self.guided_regex.clone(),
-                    guided_choice: self.guided_choice.clone(),
-                    guided_grammar: self.guided_grammar.clone(),
-                    prompt_logprobs: self.prompt_logprobs,
+                    $($sfield: Clone::clone(&self.$sfield),)*
                 }
             }
         }
     };
 }
 
-request_with_sampling! {
+with_sampling_fields!(request_with_sampling! {
     /// POST /v1/completions
     #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
     pub struct CompletionRequest {
@@ -202,17 +168,15 @@ request_with_sampling! {
         /// At least 1; 0 only with `echo`, which then answers with the prompt alone.
         #[schema(minimum = 0)]
         pub max_tokens: Option<i64>,
-        /// Number of alternatives to return with each token (0..=20); absent: no logprobs.
+        /// Number of alternatives to return with each token; absent: no logprobs.
         /// With `echo`, the prompt's tokens get logprobs too (the first one null).
-        #[schema(minimum = 0, maximum = 20)]
         pub logprobs: Option<i64>,
         pub echo: Option<bool>,
-        #[schema(minimum = 1, maximum = 1)]
         pub best_of: Option<i64>,
         /// Not supported (no fill-in-the-middle): omit it or send null.
         pub suffix: Option<String>,
     }
-}
+});
 
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct ChatMessageIn {
@@ -271,7 +235,7 @@ pub struct FunctionDefinition {
     pub strict: Option<bool>,
 }
 
-request_with_sampling! {
+with_sampling_fields!(request_with_sampling! {
     /// POST /v1/chat/completions
     #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
     pub struct ChatCompletionRequest {
@@ -283,7 +247,6 @@ request_with_sampling! {
         #[schema(minimum = 1)]
         pub max_completion_tokens: Option<i64>,
         pub logprobs: Option<bool>,
-        #[schema(minimum = 0, maximum = 20)]
         pub top_logprobs: Option<i64>,
         /// Functions the model may call (at most 128).
         pub tools: Option<Vec<ToolIn>>,
@@ -295,7 +258,7 @@ request_with_sampling! {
         /// Whether an answer may hold several calls (default true).
         pub parallel_tool_calls: Option<bool>,
     }
-}
+});
 
 // ---------------------------------------------------------------- responses
 
@@ -558,6 +521,7 @@ pub struct DetokenizeResponse {
 
 /// OpenAPI schemas of the fields whose JSON type varies (kept as `Value` in the types).
 mod schema {
+    use crate::field_bounds::MAX_CHOICES;
     use utoipa::openapi::schema::{
         ArrayBuilder, ArrayItems, ObjectBuilder, OneOfBuilder, Schema, Type,
     };
@@ -579,11 +543,11 @@ mod schema {
             .item(
                 array(OneOfBuilder::new().item(of(Type::String)).item(ids()))
                     .min_items(Some(1))
-                    .max_items(Some(64)),
+                    .max_items(Some(MAX_CHOICES)),
             )
-            .description(Some(
-                "A string, an array of token ids, or an array of up to 64 strings or token-id arrays, each answered as its own choice.",
-            ))
+            .description(Some(format!(
+                "A string, an array of token ids, or an array of up to {MAX_CHOICES} strings or token-id arrays, each answered as its own choice."
+            )))
     }
 
     pub fn stop() -> impl Into<RefOr<Schema>> {

@@ -6,6 +6,7 @@
 //! The dashboard and its event feed are left out: they are a view, not the API.
 
 use crate::error::ErrorBody;
+use crate::field_bounds::{CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, SAMPLING_FIELDS};
 use crate::openai_types::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
     CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
@@ -81,7 +82,51 @@ pub fn document(served_model_name: &str) -> Value {
         }
     }
     document_field_groups(&mut doc);
+    document_bounds(&mut doc);
     doc
+}
+
+/// Writes the bounds of `field_bounds.rs` into the request schemas: the document states
+/// what validation enforces, from the same list.
+fn document_bounds(doc: &mut Value) {
+    let requests = [
+        ("CompletionRequest", COMPLETION_ONLY_FIELDS),
+        ("ChatCompletionRequest", CHAT_ONLY_FIELDS),
+    ];
+    for (schema, own) in requests {
+        for field in SAMPLING_FIELDS.iter().chain(own) {
+            let pointer = format!("/components/schemas/{schema}/properties/{}", field.name);
+            let Some(property) = doc.pointer_mut(&pointer) else {
+                continue;
+            };
+            // `logit_bias` bounds the values of its object.
+            let target = if property
+                .get("additionalProperties")
+                .is_some_and(Value::is_object)
+            {
+                &mut property["additionalProperties"]
+            } else {
+                property
+            };
+            // Whole bounds as integers, as utoipa writes them.
+            let number = |x: f64| {
+                if x.fract() == 0.0 {
+                    json!(x as i64)
+                } else {
+                    json!(x)
+                }
+            };
+            let lower = if field.exclusive_min {
+                "exclusiveMinimum"
+            } else {
+                "minimum"
+            };
+            target[lower] = number(field.lowest());
+            if let Some(max) = field.max {
+                target["maximum"] = number(max);
+            }
+        }
+    }
 }
 
 /// Writes `request_fields`' groups into the document: request bodies take no properties
@@ -355,6 +400,32 @@ mod tests {
             .contains("`audio`"));
         assert_eq!(completion["model"]["enum"], json!(["tiny", "", null]));
         assert_eq!(completion["temperature"]["maximum"], 2.0);
+        assert_eq!(completion["top_p"]["exclusiveMinimum"], 0.0);
+        assert_eq!(completion["top_k"]["minimum"], -1);
+        assert_eq!(completion["n"]["maximum"], 16);
+        assert_eq!(completion["best_of"]["maximum"], 1);
+        assert_eq!(
+            completion["logit_bias"]["additionalProperties"]["minimum"],
+            -100.0
+        );
+        let chat = &schemas["ChatCompletionRequest"]["properties"];
+        assert_eq!(chat["top_logprobs"]["maximum"], 20);
+        assert!(
+            chat["logprobs"].get("maximum").is_none(),
+            "chat's is a boolean"
+        );
+        for (schema, own) in [
+            ("CompletionRequest", COMPLETION_ONLY_FIELDS),
+            ("ChatCompletionRequest", CHAT_ONLY_FIELDS),
+        ] {
+            for field in SAMPLING_FIELDS.iter().chain(own) {
+                assert!(
+                    schemas[schema]["properties"].get(field.name).is_some(),
+                    "{schema}.{} is in field_bounds.rs but not a field of the type",
+                    field.name
+                );
+            }
+        }
         assert_eq!(
             schemas["ChatCompletionRequest"]["properties"]["model"]["enum"],
             json!(["tiny", "", null])

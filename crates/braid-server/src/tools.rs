@@ -6,8 +6,8 @@
 //! leaves the model free and reads back the calls it writes. `none` renders no tools at
 //! all: a model shown functions it may not call tends to call them anyway.
 
+use crate::error::ValidationError;
 use crate::openai_types::{ChatCompletionRequest, ToolIn};
-use crate::validation::ValidationError;
 use braid_text::tool_calls::hermes::CallParser;
 use braid_text::Constraint;
 use serde_json::{json, Value};

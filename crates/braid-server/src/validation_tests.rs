@@ -1,7 +1,8 @@
-//! Unit tests of validation.rs, against the tiny test model (context 512, vocabulary 262).
+//! Unit tests of validation.rs and validation/, against the tiny test model (context 512, vocabulary 262).
 
 use super::*;
-use crate::openai_types::{ChatCompletionRequest, CompletionRequest};
+use crate::openai_types::{ChatCompletionRequest, ChatMessageIn, CompletionRequest};
+use axum::http::StatusCode;
 use std::sync::OnceLock;
 
 fn model() -> &'static LoadedModel {

@@ -15,12 +15,18 @@ use axum::http::{Request, StatusCode};
 use braid_model::LoadedModel;
 use braid_server::app::router;
 use braid_server::error::ApiError;
+use braid_server::error::ValidationError;
+use braid_server::field_bounds::{
+    Kind, NumericField, CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, FREQUENCY_PENALTY, LOGIT_BIAS,
+    LOGPROBS, MIN_P, N, PRESENCE_PENALTY, PROMPT_LOGPROBS, REPETITION_PENALTY, SAMPLING_FIELDS,
+    TEMPERATURE, TOP_P,
+};
 use braid_server::metrics::Metrics;
 use braid_server::openai_types::{
     ChatCompletionRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest,
 };
 use braid_server::state::{AppState, Ready};
-use braid_server::validation::{self, Limits, ValidatedRequest, ValidationError};
+use braid_server::validation::{self, Limits, ValidatedRequest};
 use braid_server::ServeArgs;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -173,8 +179,37 @@ fn message() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// Values for a field of `field_bounds.rs`: mostly within its bounds, often on them or just
+/// past them, sometimes any number at all.
+fn bounded(f: &NumericField) -> BoxedStrategy<Value> {
+    let lo = f.lowest();
+    let hi = f.max.unwrap_or(lo + 50.0);
+    match f.kind {
+        Kind::Integer => {
+            let (lo, hi) = (lo as i64, hi as i64);
+            prop_oneof![
+                16 => (lo..=hi).prop_map(Value::from),
+                2 => prop::sample::select(vec![lo, hi, lo - 1, hi + 1]).prop_map(Value::from),
+                1 => any::<i64>().prop_map(Value::from),
+                1 => odd_number(),
+            ]
+            .boxed()
+        }
+        Kind::Number => {
+            let past = (hi - lo) / 10.0;
+            let edges = vec![lo, hi, lo - 1e-6, hi + 1e-6, lo - past, hi + past];
+            prop_oneof![
+                16 => (lo..=hi).prop_map(Value::from),
+                2 => prop::sample::select(edges).prop_map(Value::from),
+                1 => odd_number(),
+            ]
+            .boxed()
+        }
+    }
+}
+
 /// A value for `field` (of the chat endpoint when `chat`): mostly plausible, sometimes
-/// anything at all.
+/// anything at all. The numeric fields' values come from their bounds in `field_bounds.rs`.
 fn field(name: &'static str, chat: bool) -> BoxedStrategy<Value> {
     let int = |lo: i64, hi: i64| {
         prop_oneof![
@@ -184,10 +219,15 @@ fn field(name: &'static str, chat: bool) -> BoxedStrategy<Value> {
         ]
         .boxed()
     };
-    let float = |lo: f64, hi: f64| {
-        prop_oneof![8 => (lo..hi).prop_map(Value::from), 1 => odd_number()].boxed()
-    };
     let boolean = || any::<bool>().prop_map(Value::Bool).boxed();
+    let numeric = SAMPLING_FIELDS
+        .iter()
+        .chain(if chat {
+            CHAT_ONLY_FIELDS
+        } else {
+            COMPLETION_ONLY_FIELDS
+        })
+        .find(|f| f.name == name);
     let plausible: BoxedStrategy<Value> = match name {
         "prompt" => prompt().boxed(),
         "messages" => prop::collection::vec(message(), 0..4)
@@ -204,67 +244,75 @@ fn field(name: &'static str, chat: bool) -> BoxedStrategy<Value> {
             .prop_map(|b| json!({"include_usage": b}))
             .boxed(),
         "max_tokens" | "max_completion_tokens" => int(-2, 12),
-        "logprobs" | "top_logprobs" => int(-1, 23),
-        "n" | "best_of" => prop_oneof![4 => Just(json!(1)), 1 => int(-1, 4)].boxed(),
-        "top_k" => int(-2, 50),
         "seed" => int(-5, 1000),
-        "temperature" => float(-0.2, 2.2),
-        "top_p" | "min_p" => float(-0.1, 1.1),
-        _ => float(-2.5, 2.5),
+        // Token ids (a few outside the vocabulary of 262) to biases.
+        "logit_bias" => prop::collection::btree_map(
+            prop_oneof![9 => 0i64..262, 1 => -2i64..100_000].prop_map(|id| id.to_string()),
+            bounded(&LOGIT_BIAS),
+            0..3,
+        )
+        .prop_map(|m| json!(m))
+        .boxed(),
+        _ => bounded(numeric.unwrap_or_else(|| panic!("no generator for `{name}`"))),
     };
     prop_oneof![30 => plausible, 1 => Just(Value::Null), 1 => any_json()].boxed()
 }
 
-const COMPLETION_FIELDS: &[&str] = &[
-    "model",
-    "prompt",
-    "max_tokens",
-    "logprobs",
-    "echo",
-    "best_of",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "seed",
-    "stop",
-    "stop_token_ids",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "ignore_eos",
-    "stream",
-    "stream_options",
-    "n",
-];
+/// The completions fields a body is made of: those of `field_bounds.rs`, and the others.
+fn completion_fields() -> Vec<&'static str> {
+    let mut fields = vec![
+        "model",
+        "prompt",
+        "max_tokens",
+        "echo",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+        "stream",
+        "stream_options",
+    ];
+    fields.extend(
+        SAMPLING_FIELDS
+            .iter()
+            .chain(COMPLETION_ONLY_FIELDS)
+            .map(|f| f.name),
+    );
+    fields
+}
 
-const CHAT_FIELDS: &[&str] = &[
-    "model",
-    "messages",
-    "max_tokens",
-    "max_completion_tokens",
-    "logprobs",
-    "top_logprobs",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "stop",
-    "ignore_eos",
-    "stream",
-    "stream_options",
-    "n",
-    "repetition_penalty",
-];
+/// The chat fields a body is made of: those of `field_bounds.rs`, and the others.
+fn chat_fields() -> Vec<&'static str> {
+    let mut fields = vec![
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "logprobs",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+        "stream",
+        "stream_options",
+    ];
+    fields.extend(
+        SAMPLING_FIELDS
+            .iter()
+            .chain(CHAT_ONLY_FIELDS)
+            .map(|f| f.name),
+    );
+    fields
+}
 
 /// A request body: a random subset of `fields`, each with a generated value, plus (sometimes)
 /// unknown fields. The prompt or messages are there most of the time.
-fn body(fields: &'static [&'static str]) -> impl Strategy<Value = Value> {
+fn body(fields: Vec<&'static str>) -> impl Strategy<Value = Value> {
     body_with(fields, 0.25)
 }
 
 /// `body`, each optional field present with probability `presence`.
-fn body_with(fields: &'static [&'static str], presence: f64) -> impl Strategy<Value = Value> {
+fn body_with(fields: Vec<&'static str>, presence: f64) -> impl Strategy<Value = Value> {
     let chat = fields.contains(&"messages");
     let present = fields
         .iter()
@@ -324,12 +372,21 @@ fn check_bounds(v: &ValidatedRequest, l: &Limits) {
     assert!(v.max_tokens <= l.max_tokens_cap);
     assert!(v.prompt.len() + v.max_tokens <= l.context_length);
     let p = &v.params;
-    assert!(p.temperature.is_finite() && (0.0..=2.0).contains(&p.temperature));
-    assert!(p.top_p > 0.0 && p.top_p <= 1.0);
-    assert!((0.0..=1.0).contains(&p.min_p));
-    assert!(p.repetition_penalty > 0.0 && p.repetition_penalty <= 2.0);
-    assert!((-2.0..=2.0).contains(&p.presence_penalty));
-    assert!((-2.0..=2.0).contains(&p.frequency_penalty));
+    for (field, value) in [
+        (TEMPERATURE, p.temperature),
+        (TOP_P, p.top_p),
+        (MIN_P, p.min_p),
+        (REPETITION_PENALTY, p.repetition_penalty),
+        (PRESENCE_PENALTY, p.presence_penalty),
+        (FREQUENCY_PENALTY, p.frequency_penalty),
+    ] {
+        assert!(field.contains(value.into()), "{} = {value}", field.name);
+    }
+    assert!(p
+        .logit_bias
+        .iter()
+        .all(|&(id, bias)| (id as usize) < l.vocab_size && LOGIT_BIAS.contains(bias.into())));
+    assert!(N.contains(v.n as f64));
     assert!(v.stop_strings.len() <= l.max_stop_strings);
     assert!(v
         .stop_strings
@@ -339,10 +396,13 @@ fn check_bounds(v: &ValidatedRequest, l: &Limits) {
         .stop_token_ids
         .iter()
         .all(|&t| (t as usize) < l.vocab_size));
-    assert!(v.logprobs.is_none_or(|n| n <= 20));
+    assert!(v.logprobs.is_none_or(|n| LOGPROBS.contains(n as f64)));
+    assert!(v
+        .prompt_logprobs
+        .is_none_or(|n| PROMPT_LOGPROBS.contains(n as f64)));
 }
 
-fn check_refusal(e: &validation::ValidationError) {
+fn check_refusal(e: &ValidationError) {
     assert!(
         matches!(e.status(), StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND),
         "{e}"
@@ -428,7 +488,7 @@ fn chat_case(bytes: &[u8]) -> Option<bool> {
 }
 
 /// Runs generated bodies of `fields` through `case`; every outcome must occur at least once.
-fn fuzz_bodies(fields: &'static [&'static str], case: fn(&[u8]) -> Option<bool>, what: &str) {
+fn fuzz_bodies(fields: Vec<&'static str>, case: fn(&[u8]) -> Option<bool>, what: &str) {
     let outcomes = Outcomes::default();
     let mut runner = TestRunner::new(config(cases(10_000)));
     runner
@@ -442,19 +502,19 @@ fn fuzz_bodies(fields: &'static [&'static str], case: fn(&[u8]) -> Option<bool>,
 
 #[test]
 fn completion_bodies_parse_or_are_refused_and_validated_ones_are_in_bounds() {
-    fuzz_bodies(COMPLETION_FIELDS, completion_case, "completions");
+    fuzz_bodies(completion_fields(), completion_case, "completions");
 }
 
 #[test]
 fn chat_bodies_parse_or_are_refused_and_validated_ones_are_in_bounds() {
-    fuzz_bodies(CHAT_FIELDS, chat_case, "chat");
+    fuzz_bodies(chat_fields(), chat_case, "chat");
 }
 
 #[test]
 fn corrupted_and_arbitrary_bytes_never_panic() {
     let outcomes = Outcomes::default();
     let mut runner = TestRunner::new(config(cases(10_000)));
-    let corrupt = body(COMPLETION_FIELDS).prop_flat_map(corrupted);
+    let corrupt = body(completion_fields()).prop_flat_map(corrupted);
     runner
         .run(&corrupt, |bytes| {
             outcomes.count(completion_case(&bytes));
@@ -503,10 +563,10 @@ fn requests_through_the_router_never_get_a_5xx() {
         Just("/detokenize"),
     ];
     let routed_body = prop_oneof![
-        4 => body_with(COMPLETION_FIELDS, 0.1).prop_map(|b| ("/v1/completions", b)),
-        4 => body_with(CHAT_FIELDS, 0.1).prop_map(|b| ("/v1/chat/completions", b)),
-        1 => body(&["prompt", "messages", "model", "add_generation_prompt"]).prop_map(|b| ("/tokenize", b)),
-        1 => body(&["tokens", "model"]).prop_map(|b| ("/detokenize", b)),
+        4 => body_with(completion_fields(), 0.1).prop_map(|b| ("/v1/completions", b)),
+        4 => body_with(chat_fields(), 0.1).prop_map(|b| ("/v1/chat/completions", b)),
+        1 => body(vec!["prompt", "messages", "model", "add_generation_prompt"]).prop_map(|b| ("/tokenize", b)),
+        1 => body(vec!["tokens", "model"]).prop_map(|b| ("/detokenize", b)),
         1 => (route, any_json()),
     ];
     let content_type = prop_oneof![

@@ -11,13 +11,13 @@ pub mod models;
 pub mod tokenize;
 pub mod tokenizer_info;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ValidationError};
 use crate::generation::{Collected, Generation};
 use crate::openai_types::Usage;
 use crate::sse::{sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::tools::CallReading;
-use crate::validation::{Limits, ValidatedRequest, ValidationError};
+use crate::validation::{Limits, ValidatedRequest};
 use braid_model::LoadedModel;
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! POST /tokenize and POST /detokenize (vLLM's endpoints): what the server would read, for
 //! clients that budget context or debug prompts, with the same validation as generation.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ValidationError};
 use crate::json_body::ApiJson;
 use crate::openai_types::{
     DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse,
@@ -9,7 +9,7 @@ use crate::openai_types::{
 use crate::routes::blocking;
 use crate::state::AppState;
 use crate::tools;
-use crate::validation::{self, ValidationError};
+use crate::validation;
 use axum::extract::State;
 use axum::Json;
 

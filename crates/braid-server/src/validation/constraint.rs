@@ -1,0 +1,119 @@
+//! Structured outputs: `response_format`, vLLM's `structured_outputs` and `guided_*`
+//! fields, and a required tool call, as one grammar compiled against the vocabulary.
+
+use crate::error::ValidationError;
+use crate::openai_types::{ResponseFormat, SamplingFields};
+use crate::tools::ToolCalling;
+use braid_model::LoadedModel;
+use braid_text::{Constraint, TokenConstraint};
+use serde_json::Value;
+
+type Result<T> = std::result::Result<T, ValidationError>;
+
+/// The request's structured output or required tool call, if it asks for one, compiled
+/// against the model's vocabulary: a grammar that cannot be compiled within llguidance's
+/// limits is refused here, before anything is queued.
+pub(super) fn constraint(
+    f: &SamplingFields,
+    tools: Option<&ToolCalling>,
+    model: &LoadedModel,
+) -> Result<Option<TokenConstraint>> {
+    let mut given: Vec<(&'static str, Constraint)> = Vec::new();
+    match &f.response_format {
+        None | Some(ResponseFormat::Text) => {}
+        Some(ResponseFormat::JsonObject) => given.push(("response_format", Constraint::JsonObject)),
+        Some(ResponseFormat::JsonSchema { json_schema }) => given.push((
+            "response_format",
+            Constraint::JsonSchema(json_schema.schema.clone().unwrap_or(Value::Bool(true))),
+        )),
+    }
+    if let Some(schema) = &f.guided_json {
+        given.push((
+            "guided_json",
+            Constraint::JsonSchema(schema_value("guided_json", schema)?),
+        ));
+    }
+    if let Some(rx) = &f.guided_regex {
+        given.push(("guided_regex", Constraint::Regex(rx.clone())));
+    }
+    if let Some(choices) = &f.guided_choice {
+        given.push(("guided_choice", Constraint::Choice(choices.clone())));
+    }
+    if let Some(grammar) = &f.guided_grammar {
+        given.push(("guided_grammar", Constraint::grammar(grammar)));
+    }
+    if let Some(so) = &f.structured_outputs {
+        const FIELD: &str = "structured_outputs";
+        let mut inner = Vec::new();
+        if let Some(schema) = &so.json {
+            inner.push(Constraint::JsonSchema(schema_value(FIELD, schema)?));
+        }
+        if let Some(rx) = &so.regex {
+            inner.push(Constraint::Regex(rx.clone()));
+        }
+        if let Some(choices) = &so.choice {
+            inner.push(Constraint::Choice(choices.clone()));
+        }
+        if let Some(grammar) = &so.grammar {
+            inner.push(Constraint::grammar(grammar));
+        }
+        if inner.len() != 1 {
+            return Err(ValidationError::WrongShape {
+                field: FIELD,
+                expected: "an object with exactly one of `json`, `regex`, `choice` and `grammar`",
+            });
+        }
+        given.extend(inner.into_iter().map(|c| (FIELD, c)));
+    }
+    // An answer either follows a format or may call tools: one grammar cannot leave room
+    // for both.
+    if let Some(tools) = tools {
+        if let Some((first, _)) = given.first() {
+            return Err(ValidationError::TwoConstraints {
+                first,
+                second: "tools",
+            });
+        }
+        if let Some(call) = &tools.enforced {
+            given.push(("tools", call.clone()));
+        }
+    }
+    let (field, wanted) = match given.len() {
+        0 => return Ok(None),
+        1 => given.pop().expect("one"),
+        _ => {
+            return Err(ValidationError::TwoConstraints {
+                first: given[0].0,
+                second: given[1].0,
+            })
+        }
+    };
+    if f.ignore_eos == Some(true) {
+        return Err(ValidationError::Unsupported {
+            field: "ignore_eos",
+            reason: "with a structured output, which ends where its grammar is complete",
+        });
+    }
+    let grammars = model
+        .grammars
+        .as_ref()
+        .map_err(|problem| ValidationError::Grammar {
+            field,
+            problem: problem.clone(),
+        })?;
+    grammars
+        .compile(&wanted)
+        .map(Some)
+        .map_err(|problem| ValidationError::Grammar { field, problem })
+}
+
+/// A JSON Schema given as an object, or as a string holding one (vLLM accepts both).
+fn schema_value(field: &'static str, given: &Value) -> Result<Value> {
+    match given {
+        Value::String(s) => serde_json::from_str(s).map_err(|e| ValidationError::Grammar {
+            field,
+            problem: format!("the schema string is not JSON: {e}"),
+        }),
+        other => Ok(other.clone()),
+    }
+}
