@@ -6,9 +6,14 @@
 //! request carries it until the engine first schedules it, or drops it unscheduled (finished,
 //! failed, cancelled, refused). Dropping is the only release, so no path can forget one;
 //! "waiting" is exactly the permits out: submitted and not yet scheduled once.
+//!
+//! The same channel carries the server's own endings (`finish`): a request the server ends
+//! (a stop string, its deadline) is still the engine's to report, exactly once, so the server
+//! says so instead of just letting go of the request's event channel, which the engine takes
+//! for a client that left.
 
 use crate::request::{EngineRequest, SubmitError};
-use braid_sched::SchedulerConfig;
+use braid_sched::{FinishReason, SchedulerConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -17,6 +22,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Submitted {
     pub request: EngineRequest,
     pub waiting: OwnedSemaphorePermit,
+}
+
+/// What the engine thread reads from its channel.
+pub enum EngineMessage {
+    /// Boxed: a request is large, a finish small.
+    Submit(Box<Submitted>),
+    /// The server ended request `id` after passing `completion_tokens` of its tokens on.
+    Finish {
+        id: u64,
+        reason: FinishReason,
+        completion_tokens: usize,
+    },
 }
 
 /// What the engine thread publishes after every step, the waiting queue, and the server's
@@ -42,7 +59,7 @@ impl EngineShared {
 
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::Sender<Submitted>,
+    tx: mpsc::Sender<EngineMessage>,
     shared: Arc<EngineShared>,
     sched: Arc<SchedulerConfig>,
 }
@@ -57,7 +74,11 @@ pub struct EngineStats {
 impl EngineHandle {
     /// A handle for an engine reading `tx`, admitting up to `max_waiting` unscheduled
     /// requests and refusing any that `sched` could never run. Marks the engine alive.
-    pub fn new(tx: mpsc::Sender<Submitted>, sched: SchedulerConfig, max_waiting: usize) -> Self {
+    pub fn new(
+        tx: mpsc::Sender<EngineMessage>,
+        sched: SchedulerConfig,
+        max_waiting: usize,
+    ) -> Self {
         let shared = Arc::new(EngineShared {
             waiting: Arc::new(Semaphore::new(max_waiting)),
             max_waiting,
@@ -102,11 +123,26 @@ impl EngineHandle {
                 waiting: self.shared.num_waiting(),
             })?;
         self.tx
-            .send(Submitted {
+            .send(EngineMessage::Submit(Box::new(Submitted {
                 request: req,
                 waiting,
-            })
+            })))
             .map_err(|_| SubmitError::EngineStopped)
+    }
+
+    /// The server ended request `id` itself (a stop string matched, its deadline passed) after
+    /// passing `completion_tokens` tokens on to the client. The engine frees its sequence,
+    /// reports it finished with `reason` and those tokens (not the ones it sent past them),
+    /// and answers with `EngineEvent::Done` on the request's channel; a request the engine
+    /// already ended is reported once, as the engine ended it. Call it before dropping the
+    /// request's event receiver, or the engine takes the request for a departed client.
+    pub fn finish(&self, id: u64, reason: FinishReason, completion_tokens: usize) {
+        // An engine that is gone has nothing left to report.
+        let _ = self.tx.send(EngineMessage::Finish {
+            id,
+            reason,
+            completion_tokens,
+        });
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -164,7 +200,9 @@ mod tests {
             h.submit(request(&h)),
             Err(SubmitError::QueueFull { waiting: 2 })
         );
-        let first = rx.recv().unwrap();
+        let Ok(EngineMessage::Submit(first)) = rx.recv() else {
+            panic!("a submission")
+        };
         drop(first.waiting); // scheduled
         assert_eq!(h.stats().waiting, 1);
         h.submit(request(&h)).unwrap();

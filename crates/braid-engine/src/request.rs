@@ -2,9 +2,11 @@
 //!
 //! A submitter hands over a validated `EngineRequest` and keeps the receiving end of its event
 //! channel; the engine sends every sampled token and the ending there. Cancelling is dropping
-//! the receiver: the engine sees the closed channel before its next step and frees the
-//! sequence. The request's tracing span comes along, so the engine's log lines about it
-//! carry the id and endpoint the server gave it.
+//! the receiver: the engine sees the closed channel before its next step, frees the sequence
+//! and reports the request as a departed client, not as finished. A request the server ends
+//! itself goes through `EngineHandle::finish` instead, so that it is reported finished. The
+//! request's tracing span comes along, so the engine's log lines about it carry the id and
+//! endpoint the server gave it.
 
 use braid_model::{Sampled, SamplingParams, TokenConstraint};
 use braid_sched::{AddError, FinishReason};
@@ -48,6 +50,8 @@ pub struct Finished {
     pub reason: FinishReason,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens found in the prefix cache.
+    pub cached_tokens: usize,
     /// Arrival to first scheduled, when it was scheduled at all.
     pub queue_secs: Option<f64>,
 }
@@ -63,7 +67,8 @@ pub enum EngineEvent {
         token: Sampled,
         finished: Option<Finished>,
     },
-    /// The last event of a request a stop token ended (the stop token is not sent).
+    /// The last event of a request a stop token ended (the stop token is not sent), or the
+    /// engine's answer to `EngineHandle::finish`.
     Done(Finished),
     /// The engine failed while this request ran (model error or engine panic).
     Failed(String),
