@@ -221,11 +221,7 @@ impl Engine {
             max_new_tokens,
             stop_token_ids,
         };
-        if let Err(e) = self.sched.add(id, prompt, stop, arrival_secs) {
-            tracing::warn!(parent: &span, "the scheduler refused the request: {e}");
-            let _ = events.send(EngineEvent::Failed(e.to_string()));
-            return;
-        }
+        self.sched.add(id, prompt, stop, arrival_secs);
         if scores.is_some() {
             self.sched.score_prompt(id);
         }

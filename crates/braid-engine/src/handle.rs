@@ -1,7 +1,10 @@
 //! The submitting side of the engine: admission, and the counters it reads.
 //!
 //! Admission is decided here, not on the engine thread, so a full server answers 429 at once
-//! instead of after the current step. The waiting queue is a semaphore of `max_waiting`
+//! instead of after the current step. Every field was validated before submission; the one
+//! bound only the engine knows, its KV pool, is checked here, and nowhere else. Draining is
+//! the server's flag, checked at its door (`AppState::ready`), so a request that came in
+//! before draining began is still served. The waiting queue is a semaphore of `max_waiting`
 //! permits: a submission takes one (`try_acquire_owned`, none left: `QueueFull`) and the
 //! request carries it until the engine first schedules it, or drops it unscheduled (finished,
 //! failed, cancelled, refused). Dropping is the only release, so no path can forget one;
@@ -103,17 +106,21 @@ impl EngineHandle {
         self.shared.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Queues `req`: `ShuttingDown` when draining, `EngineStopped` when the engine is gone,
-    /// `Refused` when it could never run, `QueueFull` when `max_waiting` are waiting.
+    /// Queues `req`: `EngineStopped` when the engine is gone, `ExceedsKvPool` when it could
+    /// never run, `QueueFull` when `max_waiting` are waiting.
     pub fn submit(&self, req: EngineRequest) -> Result<(), SubmitError> {
-        if self.shared.draining.load(Ordering::Acquire) {
-            return Err(SubmitError::ShuttingDown);
-        }
         if !self.shared.alive.load(Ordering::Acquire) {
             return Err(SubmitError::EngineStopped);
         }
-        self.sched
-            .check_request(req.prompt.len(), req.max_new_tokens())?;
+        if let Some(needed_tokens) = self
+            .sched
+            .exceeds_kv_pool(req.prompt.len(), req.max_new_tokens())
+        {
+            return Err(SubmitError::ExceedsKvPool {
+                needed_tokens,
+                pool_tokens: self.sched.pool_tokens(),
+            });
+        }
         let waiting = self
             .shared
             .waiting
@@ -153,7 +160,7 @@ impl EngineHandle {
         }
     }
 
-    /// Stop admitting: new submissions get `ShuttingDown`.
+    /// Marks the server draining (`is_draining`): it takes no new requests.
     pub fn start_draining(&self) {
         self.shared.draining.store(true, Ordering::Release);
     }
@@ -218,20 +225,25 @@ mod tests {
     }
 
     #[test]
-    fn refusals_come_before_the_queue() {
+    fn a_request_the_pool_can_never_hold_is_refused_before_the_queue() {
         let (tx, _rx) = mpsc::channel();
-        let h = EngineHandle::new(tx, SchedulerConfig::default(), 0);
+        let sched = SchedulerConfig {
+            num_blocks: 4, // 64 positions
+            ..SchedulerConfig::default()
+        };
+        let h = EngineHandle::new(tx, sched, 0);
         let mut req = request(&h);
-        req.prompt.clear();
+        req.max_tokens = 63; // 3 + 63 - 1 = 65 positions
         assert_eq!(
             h.submit(req),
-            Err(SubmitError::Refused(braid_sched::AddError::EmptyPrompt))
+            Err(SubmitError::ExceedsKvPool {
+                needed_tokens: 65,
+                pool_tokens: 64
+            })
         );
         assert_eq!(
             h.submit(request(&h)),
             Err(SubmitError::QueueFull { waiting: 0 })
         );
-        h.start_draining();
-        assert_eq!(h.submit(request(&h)), Err(SubmitError::ShuttingDown));
     }
 }

@@ -9,14 +9,15 @@
 //! endpoint the server gave it.
 
 use braid_model::{Sampled, SamplingParams, TokenConstraint};
-use braid_sched::{AddError, FinishReason};
+use braid_sched::FinishReason;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 pub struct EngineRequest {
     pub id: u64,
     pub prompt: Vec<u32>,
-    /// 0 scores the prompt and generates nothing (`echo` with `logprobs` and `max_tokens: 0`).
+    /// 0 scores the prompt and generates nothing (`echo` with `logprobs` and `max_tokens: 0`,
+    /// the one case validation lets through).
     pub max_tokens: usize,
     /// Score the prompt: each prompt token's log-probability, with this many alternatives,
     /// arrives as `EngineEvent::PromptScored` before the first token.
@@ -37,8 +38,8 @@ pub struct EngineRequest {
 }
 
 impl EngineRequest {
-    /// The scheduler's token limit: a request with `max_tokens` 0 still samples the one
-    /// token after its prompt (the engine does not send it).
+    /// The scheduler's token limit, the one place `max_tokens` 0 becomes something else: such
+    /// a request still samples the one token after its prompt (the engine does not send it).
     pub fn max_new_tokens(&self) -> usize {
         self.max_tokens.max(1)
     }
@@ -74,15 +75,19 @@ pub enum EngineEvent {
     Failed(String),
 }
 
+/// Why a validated request was not queued.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum SubmitError {
     #[error("the server is at capacity: {waiting} requests are already waiting; retry later")]
     QueueFull { waiting: usize },
-    #[error("the server is shutting down")]
-    ShuttingDown,
     #[error("the inference engine has stopped")]
     EngineStopped,
-    /// The request could never run, whatever else is queued (e.g. larger than the KV pool).
-    #[error(transparent)]
-    Refused(#[from] AddError),
+    /// It could never run, whatever else is queued: only the engine knows its pool's size.
+    #[error(
+        "request needs {needed_tokens} KV cache tokens but the whole pool holds {pool_tokens}"
+    )]
+    ExceedsKvPool {
+        needed_tokens: usize,
+        pool_tokens: usize,
+    },
 }

@@ -9,7 +9,6 @@ use braid_engine::{
     EngineRequest, FinishReason, RequestEvent, StepStats, SubmitError,
 };
 use braid_model::{LoadedModel, SamplingParams};
-use braid_sched::AddError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -285,27 +284,24 @@ async fn the_scheduler_decides_the_end_and_the_engine_relays_it() {
 #[tokio::test]
 async fn a_request_larger_than_the_pool_is_refused_at_submission() {
     let (h, _, _dir) = engine_with(1, 16);
-    let pool_tokens = match h.submit(request(&h, vec![5; 8], 100_000, vec![]).0) {
-        Err(SubmitError::Refused(AddError::TooLong { .. })) => None,
-        Err(SubmitError::Refused(AddError::ExceedsKvPool {
+    let pool = match h.submit(request(&h, vec![5; 8], 100_000, vec![]).0) {
+        Err(SubmitError::ExceedsKvPool {
             needed_tokens,
             pool_tokens,
-        })) => {
+        }) => {
             assert_eq!(needed_tokens, 8 + 100_000 - 1);
-            Some(pool_tokens)
+            pool_tokens
         }
         other => panic!("{other:?}"),
     };
-    if let Some(pool) = pool_tokens {
-        let err = h.submit(request(&h, vec![5; 8], pool, vec![]).0);
-        assert!(
-            matches!(
-                err,
-                Err(SubmitError::Refused(AddError::ExceedsKvPool { .. }))
-            ),
-            "{err:?}"
-        );
-    }
+    let err = h.submit(request(&h, vec![5; 8], pool - 6, vec![]).0);
+    assert_eq!(
+        err,
+        Err(SubmitError::ExceedsKvPool {
+            needed_tokens: pool + 1,
+            pool_tokens: pool
+        })
+    );
     assert_eq!(
         h.stats().waiting,
         0,

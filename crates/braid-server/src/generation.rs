@@ -88,7 +88,8 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Submits `req` to the engine: 429 when its queue is full, 503 when draining.
+    /// Submits `req` to the engine: 429 when its queue is full, 400 when its KV pool could
+    /// never hold it.
     /// `shares_prompt_with`: the generation of another choice of the same prompt, whose KV
     /// blocks this one reuses.
     pub fn start(
