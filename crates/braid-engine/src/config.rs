@@ -30,11 +30,6 @@ impl EngineConfig {
             num_blocks,
             max_num_seqs: self.max_num_seqs,
             max_batched_tokens: self.max_batched_tokens,
-            // Admission is bounded by the handle's permits. Preempted sequences go back to the
-            // front of the line, and new ones are admitted first in, first out, so at most
-            // `max_num_seqs` sequences that have run are ever waiting again: the sum is room
-            // enough, and the scheduler's own queue limit never refuses anyone.
-            max_waiting: self.max_waiting + self.max_num_seqs,
             max_model_len: model.context_length,
             chunked_prefill: self.chunked_prefill,
             itl_target: self.itl_target,

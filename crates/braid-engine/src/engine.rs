@@ -6,8 +6,14 @@
 //! that left, and its sequence is freed before the next step. With prefix caching a chunk may
 //! start past 0 on admission: the K/V before it are in cached blocks shared with other
 //! sequences, and the engine, which only ever feeds a chunk's own positions, needs to do
-//! nothing about it. When a sequence ends is the scheduler's call (`Scheduler::commit`); the
-//! engine only tells the request.
+//! nothing about it.
+//!
+//! A request ends in one of two ways, and either way the engine reports it finished exactly
+//! once (`Engine::finish`): the scheduler ends it when a token is committed (a stop token,
+//! `max_tokens`, the end of the context), or the server ends it for what only it can see (a
+//! stop string in the text, its deadline) and says so on the request channel
+//! (`EngineMessage::Finish`), before it lets go of the request's events. A request whose
+//! events close without that is a client that left: freed, logged, never reported finished.
 //!
 //! A failing step (model error or panic) must not leave anyone hanging: every request in
 //! flight gets a `Failed` event, the scheduler starts afresh (its new block allocator and
@@ -16,7 +22,7 @@
 //! nothing could answer its requests any more.
 
 use crate::config::EngineConfig;
-use crate::handle::{EngineHandle, EngineShared, Submitted};
+use crate::handle::{EngineHandle, EngineMessage, EngineShared, Submitted};
 use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
 use crate::request::{EngineEvent, EngineRequest, Finished};
 use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
@@ -102,9 +108,11 @@ struct Active {
     arrival: Instant,
     /// Its place in the waiting queue, until first scheduled.
     waiting: Option<OwnedSemaphorePermit>,
-    first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// Tokens sent to it.
     generated: usize,
+    /// Prompt tokens found in the prefix cache when it was first scheduled.
+    cached_tokens: usize,
     queue_secs: Option<f64>,
     span: tracing::Span,
 }
@@ -127,7 +135,7 @@ struct Outgoing {
     token: Sampled,
     /// None for a stop token (not sent).
     timing: Option<TokenTiming>,
-    end: Option<(FinishReason, usize)>,
+    end: Option<FinishReason>,
 }
 
 impl Engine {
@@ -135,23 +143,23 @@ impl Engine {
         self.epoch.elapsed().as_secs_f64()
     }
 
-    fn run(&mut self, rx: mpsc::Receiver<Submitted>) {
+    fn run(&mut self, rx: mpsc::Receiver<EngineMessage>) {
         loop {
             if self.active.is_empty() {
                 match rx.recv() {
-                    Ok(sub) => self.admit(sub),
+                    Ok(message) => self.receive(message),
                     Err(_) => return,
                 }
             }
             loop {
                 match rx.try_recv() {
-                    Ok(sub) => self.admit(sub),
+                    Ok(message) => self.receive(message),
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) if self.active.is_empty() => return,
                     Err(mpsc::TryRecvError::Disconnected) => break,
                 }
             }
-            self.drop_cancelled();
+            self.drop_departed(&rx);
             let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 let plan = self.sched.plan(self.now());
                 if plan.is_empty() {
@@ -170,6 +178,23 @@ impl Engine {
                 Err(panic) => self.fail_all(&format!("engine panic: {}", panic_message(&*panic))),
             }
             self.publish();
+        }
+    }
+
+    fn receive(&mut self, message: EngineMessage) {
+        match message {
+            EngineMessage::Submit(sub) => self.admit(*sub),
+            EngineMessage::Finish {
+                id,
+                reason,
+                completion_tokens,
+            } => {
+                // Not active: the scheduler ended it first, and it is already reported.
+                if self.active.contains_key(&id) {
+                    self.sched.abort(id);
+                    self.finish(id, reason, completion_tokens, None);
+                }
+            }
         }
     }
 
@@ -196,11 +221,7 @@ impl Engine {
             max_new_tokens,
             stop_token_ids,
         };
-        if let Err(e) = self.sched.add(id, prompt, stop, arrival_secs) {
-            tracing::warn!(parent: &span, "the scheduler refused the request: {e}");
-            let _ = events.send(EngineEvent::Failed(e.to_string()));
-            return;
-        }
+        self.sched.add(id, prompt, stop, arrival_secs);
         if scores.is_some() {
             self.sched.score_prompt(id);
         }
@@ -219,25 +240,34 @@ impl Engine {
                 score_only: max_tokens == 0,
                 arrival,
                 waiting: Some(sub.waiting),
-                first_token: None,
                 last_token: None,
                 generated: 0,
+                cached_tokens: 0,
                 queue_secs: None,
                 span,
             },
         );
     }
 
-    fn drop_cancelled(&mut self) {
-        let gone: Vec<SeqId> = self
+    /// Frees the requests whose event channels closed. The server sends its `Finish` before
+    /// it closes a channel, so the messages that came meanwhile are read first: only a request
+    /// still active after them had a client that left.
+    fn drop_departed(&mut self, rx: &mpsc::Receiver<EngineMessage>) {
+        let closed: Vec<SeqId> = self
             .active
             .iter()
             .filter(|(_, a)| a.events.is_closed())
             .map(|(&id, _)| id)
             .collect();
-        for id in gone {
-            self.sched.abort(id);
+        if closed.is_empty() {
+            return;
+        }
+        while let Ok(message) = rx.try_recv() {
+            self.receive(message);
+        }
+        for id in closed {
             if let Some(a) = self.active.remove(&id) {
+                self.sched.abort(id);
                 departed(id, &a);
             }
         }
@@ -250,6 +280,7 @@ impl Engine {
                 if a.waiting.take().is_some() {
                     let queue_time = started.saturating_duration_since(a.arrival);
                     a.queue_secs = Some(queue_time.as_secs_f64());
+                    a.cached_tokens = self.sched.sequence(c.seq).map_or(0, |s| s.cached_tokens);
                     self.observer
                         .request(c.seq, &RequestEvent::Scheduled { queue_time });
                 }
@@ -263,11 +294,11 @@ impl Engine {
             Err(e) => return self.fail_all(&format!("model error: {e}")),
         };
         let ids: Vec<(SeqId, u32)> = sampled.iter().map(|(id, s)| (*id, s.token)).collect();
-        let finished: Vec<(SeqId, FinishReason, usize)> = self
+        let finished: Vec<(SeqId, FinishReason)> = self
             .sched
             .commit(plan, &ids)
             .into_iter()
-            .map(|f| (f.seq.id, f.reason, f.seq.cached_tokens))
+            .map(|f| (f.seq.id, f.reason))
             .collect();
         let duration = started.elapsed();
         self.sched
@@ -285,9 +316,9 @@ impl Engine {
             let end = finished
                 .iter()
                 .find(|f| f.0 == id)
-                .map(|&(_, reason, cached)| (reason, cached));
+                .map(|&(_, reason)| reason);
             let timing = match end {
-                Some((FinishReason::Stop, _)) => None,
+                Some(FinishReason::Stop) => None,
                 _ if a.score_only => None,
                 _ => {
                     let timing = match a.last_token {
@@ -296,10 +327,7 @@ impl Engine {
                             token_gaps.push(gap);
                             TokenTiming::Next(gap)
                         }
-                        None => {
-                            a.first_token = Some(now);
-                            TokenTiming::First(now.duration_since(a.arrival))
-                        }
+                        None => TokenTiming::First(now.duration_since(a.arrival)),
                     };
                     a.last_token = Some(now);
                     a.generated += 1;
@@ -320,10 +348,7 @@ impl Engine {
             duration,
             predicted: plan.predicted_secs.map(Duration::from_secs_f64),
             planned_to: plan.planned_to_secs.map(Duration::from_secs_f64),
-            finished: finished
-                .iter()
-                .map(|&(id, reason, _)| (id, reason))
-                .collect(),
+            finished,
             preempted: plan.preempted.clone(),
             prefix_cache: plan.prefix_cache,
             kv_usage: self.sched.kv_usage(),
@@ -356,15 +381,13 @@ impl Engine {
                     finished: None,
                 });
             }
-            // The client left just as its last token came: nobody to tell.
-            Some((FinishReason::Length, _)) if a.events.is_closed() => {
-                if let Some(a) = self.active.remove(&out.id) {
-                    departed(out.id, &a);
-                }
-            }
-            Some((reason, cached_tokens)) => {
+            // The server ended it or the client left, just as its last token came: which of
+            // the two is settled before the next step (`drop_departed`).
+            Some(_) if a.events.is_closed() => {}
+            Some(reason) => {
                 let last = out.timing.map(|_| out.token);
-                self.finish(out.id, reason, cached_tokens, last);
+                let generated = a.generated;
+                self.finish(out.id, reason, generated, last);
             }
         }
     }
@@ -451,48 +474,36 @@ impl Engine {
             .collect())
     }
 
-    /// Tells a request the scheduler ended it (with its last token, unless that was a stop
-    /// token), after the gauges and the observer have seen it go.
+    /// Reports a request finished, the one way every finished request is reported, and
+    /// tells it (with its last token, unless that was a stop token), after the gauges and the
+    /// observer have seen it go. Its sequence is already out of the scheduler. The request's
+    /// log line is the server's, written when it has answered.
     fn finish(
         &mut self,
         id: SeqId,
         reason: FinishReason,
-        cached_tokens: usize,
+        completion_tokens: usize,
         last: Option<Sampled>,
     ) {
-        // Before the client hears "done", so a client that then reads the gauges sees it gone.
-        self.publish();
         let Some(a) = self.active.remove(&id) else {
             return;
         };
-        let e2e = a.arrival.elapsed();
         self.observer.request(
             id,
             &RequestEvent::Finished {
                 reason,
                 prompt_tokens: a.prompt_tokens,
-                completion_tokens: a.generated,
-                e2e,
+                completion_tokens,
+                e2e: a.arrival.elapsed(),
             },
         );
-        tracing::debug!(
-            parent: &a.span,
-            id,
-            prompt_tokens = a.prompt_tokens,
-            cached_tokens,
-            completion_tokens = a.generated,
-            queue_ms = a.queue_secs.map(|q| (q * 1e3).round()),
-            ttft_ms = a
-                .first_token
-                .map(|t| (t.duration_since(a.arrival).as_secs_f64() * 1e3).round()),
-            e2e_ms = (e2e.as_secs_f64() * 1e3).round(),
-            finish_reason = reason.as_str(),
-            "request finished"
-        );
+        // Before the client hears "done", so a client that then reads the gauges sees it gone.
+        self.publish();
         let finished = Finished {
             reason,
             prompt_tokens: a.prompt_tokens,
-            completion_tokens: a.generated,
+            completion_tokens,
+            cached_tokens: a.cached_tokens,
             queue_secs: a.queue_secs,
         };
         let _ = a.events.send(match last {

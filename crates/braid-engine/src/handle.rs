@@ -1,14 +1,22 @@
 //! The submitting side of the engine: admission, and the counters it reads.
 //!
 //! Admission is decided here, not on the engine thread, so a full server answers 429 at once
-//! instead of after the current step. The waiting queue is a semaphore of `max_waiting`
+//! instead of after the current step. Every field was validated before submission; the one
+//! bound only the engine knows, its KV pool, is checked here, and nowhere else. Draining is
+//! the server's flag, checked at its door (`AppState::ready`), so a request that came in
+//! before draining began is still served. The waiting queue is a semaphore of `max_waiting`
 //! permits: a submission takes one (`try_acquire_owned`, none left: `QueueFull`) and the
 //! request carries it until the engine first schedules it, or drops it unscheduled (finished,
 //! failed, cancelled, refused). Dropping is the only release, so no path can forget one;
 //! "waiting" is exactly the permits out: submitted and not yet scheduled once.
+//!
+//! The same channel carries the server's own endings (`finish`): a request the server ends
+//! (a stop string, its deadline) is still the engine's to report, exactly once, so the server
+//! says so instead of just letting go of the request's event channel, which the engine takes
+//! for a client that left.
 
 use crate::request::{EngineRequest, SubmitError};
-use braid_sched::SchedulerConfig;
+use braid_sched::{FinishReason, SchedulerConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -17,6 +25,18 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Submitted {
     pub request: EngineRequest,
     pub waiting: OwnedSemaphorePermit,
+}
+
+/// What the engine thread reads from its channel.
+pub enum EngineMessage {
+    /// Boxed: a request is large, a finish small.
+    Submit(Box<Submitted>),
+    /// The server ended request `id` after passing `completion_tokens` of its tokens on.
+    Finish {
+        id: u64,
+        reason: FinishReason,
+        completion_tokens: usize,
+    },
 }
 
 /// What the engine thread publishes after every step, the waiting queue, and the server's
@@ -42,7 +62,7 @@ impl EngineShared {
 
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::Sender<Submitted>,
+    tx: mpsc::Sender<EngineMessage>,
     shared: Arc<EngineShared>,
     sched: Arc<SchedulerConfig>,
 }
@@ -57,7 +77,11 @@ pub struct EngineStats {
 impl EngineHandle {
     /// A handle for an engine reading `tx`, admitting up to `max_waiting` unscheduled
     /// requests and refusing any that `sched` could never run. Marks the engine alive.
-    pub fn new(tx: mpsc::Sender<Submitted>, sched: SchedulerConfig, max_waiting: usize) -> Self {
+    pub fn new(
+        tx: mpsc::Sender<EngineMessage>,
+        sched: SchedulerConfig,
+        max_waiting: usize,
+    ) -> Self {
         let shared = Arc::new(EngineShared {
             waiting: Arc::new(Semaphore::new(max_waiting)),
             max_waiting,
@@ -82,17 +106,21 @@ impl EngineHandle {
         self.shared.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Queues `req`: `ShuttingDown` when draining, `EngineStopped` when the engine is gone,
-    /// `Refused` when it could never run, `QueueFull` when `max_waiting` are waiting.
+    /// Queues `req`: `EngineStopped` when the engine is gone, `ExceedsKvPool` when it could
+    /// never run, `QueueFull` when `max_waiting` are waiting.
     pub fn submit(&self, req: EngineRequest) -> Result<(), SubmitError> {
-        if self.shared.draining.load(Ordering::Acquire) {
-            return Err(SubmitError::ShuttingDown);
-        }
         if !self.shared.alive.load(Ordering::Acquire) {
             return Err(SubmitError::EngineStopped);
         }
-        self.sched
-            .check_request(req.prompt.len(), req.max_new_tokens())?;
+        if let Some(needed_tokens) = self
+            .sched
+            .exceeds_kv_pool(req.prompt.len(), req.max_new_tokens())
+        {
+            return Err(SubmitError::ExceedsKvPool {
+                needed_tokens,
+                pool_tokens: self.sched.pool_tokens(),
+            });
+        }
         let waiting = self
             .shared
             .waiting
@@ -102,11 +130,26 @@ impl EngineHandle {
                 waiting: self.shared.num_waiting(),
             })?;
         self.tx
-            .send(Submitted {
+            .send(EngineMessage::Submit(Box::new(Submitted {
                 request: req,
                 waiting,
-            })
+            })))
             .map_err(|_| SubmitError::EngineStopped)
+    }
+
+    /// The server ended request `id` itself (a stop string matched, its deadline passed) after
+    /// passing `completion_tokens` tokens on to the client. The engine frees its sequence,
+    /// reports it finished with `reason` and those tokens (not the ones it sent past them),
+    /// and answers with `EngineEvent::Done` on the request's channel; a request the engine
+    /// already ended is reported once, as the engine ended it. Call it before dropping the
+    /// request's event receiver, or the engine takes the request for a departed client.
+    pub fn finish(&self, id: u64, reason: FinishReason, completion_tokens: usize) {
+        // An engine that is gone has nothing left to report.
+        let _ = self.tx.send(EngineMessage::Finish {
+            id,
+            reason,
+            completion_tokens,
+        });
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -117,7 +160,7 @@ impl EngineHandle {
         }
     }
 
-    /// Stop admitting: new submissions get `ShuttingDown`.
+    /// Marks the server draining (`is_draining`): it takes no new requests.
     pub fn start_draining(&self) {
         self.shared.draining.store(true, Ordering::Release);
     }
@@ -164,7 +207,9 @@ mod tests {
             h.submit(request(&h)),
             Err(SubmitError::QueueFull { waiting: 2 })
         );
-        let first = rx.recv().unwrap();
+        let Ok(EngineMessage::Submit(first)) = rx.recv() else {
+            panic!("a submission")
+        };
         drop(first.waiting); // scheduled
         assert_eq!(h.stats().waiting, 1);
         h.submit(request(&h)).unwrap();
@@ -180,20 +225,25 @@ mod tests {
     }
 
     #[test]
-    fn refusals_come_before_the_queue() {
+    fn a_request_the_pool_can_never_hold_is_refused_before_the_queue() {
         let (tx, _rx) = mpsc::channel();
-        let h = EngineHandle::new(tx, SchedulerConfig::default(), 0);
+        let sched = SchedulerConfig {
+            num_blocks: 4, // 64 positions
+            ..SchedulerConfig::default()
+        };
+        let h = EngineHandle::new(tx, sched, 0);
         let mut req = request(&h);
-        req.prompt.clear();
+        req.max_tokens = 63; // 3 + 63 - 1 = 65 positions
         assert_eq!(
             h.submit(req),
-            Err(SubmitError::Refused(braid_sched::AddError::EmptyPrompt))
+            Err(SubmitError::ExceedsKvPool {
+                needed_tokens: 65,
+                pool_tokens: 64
+            })
         );
         assert_eq!(
             h.submit(request(&h)),
             Err(SubmitError::QueueFull { waiting: 0 })
         );
-        h.start_draining();
-        assert_eq!(h.submit(request(&h)), Err(SubmitError::ShuttingDown));
     }
 }

@@ -19,6 +19,8 @@
 //!        │                     EngineObserver::step / ::request   (StepStats, RequestEvent values)
 //!        │                                   │
 //!        └──── EngineEvent::{Token, Done, Failed} on the request's own channel
+//!
+//!  braid-server ── stop string, deadline ──▶ EngineHandle::finish ──▶ reported like any end
 //! ```
 //!
 //! The engine is a plain OS thread, not a tokio task: a step is tens of milliseconds of
@@ -41,6 +43,6 @@ mod request;
 pub use braid_sched::FinishReason;
 pub use config::EngineConfig;
 pub use engine::spawn_engine;
-pub use handle::{EngineHandle, EngineStats, Submitted};
+pub use handle::{EngineHandle, EngineMessage, EngineStats, Submitted};
 pub use observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
 pub use request::{EngineEvent, EngineRequest, Finished, SubmitError};

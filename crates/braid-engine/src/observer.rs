@@ -72,7 +72,9 @@ pub enum RequestEvent {
     Token(TokenTiming),
     /// It lost its KV blocks and will be recomputed.
     Preempted,
-    /// It ended by its stop rule; `e2e` is arrival to now.
+    /// It finished, by the scheduler's stop rule or by the server's `EngineHandle::finish`
+    /// (reported once per request; a client that left never finished); `e2e` is arrival to
+    /// now, `completion_tokens` the tokens its client was given.
     Finished {
         reason: FinishReason,
         prompt_tokens: usize,

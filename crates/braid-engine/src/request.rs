@@ -2,12 +2,14 @@
 //!
 //! A submitter hands over a validated `EngineRequest` and keeps the receiving end of its event
 //! channel; the engine sends every sampled token and the ending there. Cancelling is dropping
-//! the receiver: the engine sees the closed channel before its next step and frees the
-//! sequence. The request's tracing span comes along, so the engine's log lines about it
-//! carry the id and endpoint the server gave it.
+//! the receiver: the engine sees the closed channel before its next step, frees the sequence
+//! and reports the request as a departed client, not as finished. A request the server ends
+//! itself goes through `EngineHandle::finish` instead, so that it is reported finished. The
+//! request's tracing span comes along, so the engine's log lines about it carry the id and
+//! endpoint the server gave it.
 
 use braid_model::{Sampled, SamplingParams};
-use braid_sched::{AddError, FinishReason};
+use braid_sched::FinishReason;
 use braid_text::TokenConstraint;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
@@ -15,7 +17,8 @@ use tokio::sync::mpsc::UnboundedSender;
 pub struct EngineRequest {
     pub id: u64,
     pub prompt: Vec<u32>,
-    /// 0 scores the prompt and generates nothing (`echo` with `logprobs` and `max_tokens: 0`).
+    /// 0 scores the prompt and generates nothing (`echo` with `logprobs` and `max_tokens: 0`,
+    /// the one case validation lets through).
     pub max_tokens: usize,
     /// Score the prompt: each prompt token's log-probability, with this many alternatives,
     /// arrives as `EngineEvent::PromptScored` before the first token.
@@ -36,8 +39,8 @@ pub struct EngineRequest {
 }
 
 impl EngineRequest {
-    /// The scheduler's token limit: a request with `max_tokens` 0 still samples the one
-    /// token after its prompt (the engine does not send it).
+    /// The scheduler's token limit, the one place `max_tokens` 0 becomes something else: such
+    /// a request still samples the one token after its prompt (the engine does not send it).
     pub fn max_new_tokens(&self) -> usize {
         self.max_tokens.max(1)
     }
@@ -49,6 +52,8 @@ pub struct Finished {
     pub reason: FinishReason,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens found in the prefix cache.
+    pub cached_tokens: usize,
     /// Arrival to first scheduled, when it was scheduled at all.
     pub queue_secs: Option<f64>,
 }
@@ -64,21 +69,26 @@ pub enum EngineEvent {
         token: Sampled,
         finished: Option<Finished>,
     },
-    /// The last event of a request a stop token ended (the stop token is not sent).
+    /// The last event of a request a stop token ended (the stop token is not sent), or the
+    /// engine's answer to `EngineHandle::finish`.
     Done(Finished),
     /// The engine failed while this request ran (model error or engine panic).
     Failed(String),
 }
 
+/// Why a validated request was not queued.
 #[derive(Clone, Debug, thiserror::Error, PartialEq)]
 pub enum SubmitError {
     #[error("the server is at capacity: {waiting} requests are already waiting; retry later")]
     QueueFull { waiting: usize },
-    #[error("the server is shutting down")]
-    ShuttingDown,
     #[error("the inference engine has stopped")]
     EngineStopped,
-    /// The request could never run, whatever else is queued (e.g. larger than the KV pool).
-    #[error(transparent)]
-    Refused(#[from] AddError),
+    /// It could never run, whatever else is queued: only the engine knows its pool's size.
+    #[error(
+        "request needs {needed_tokens} KV cache tokens but the whole pool holds {pool_tokens}"
+    )]
+    ExceedsKvPool {
+        needed_tokens: usize,
+        pool_tokens: usize,
+    },
 }

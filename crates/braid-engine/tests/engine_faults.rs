@@ -1,14 +1,14 @@
 //! The engine thread on the tiny model, driven directly: a failing step fails the requests in
 //! it (nobody hangs), and the engine keeps serving; departed clients free their sequences;
-//! a request the KV pool can never hold is refused at submission; the scheduler's finishing rules reach the request as events; and
-//! the reports add up.
+//! a request the KV pool can never hold is refused at submission; the scheduler's finishing
+//! rules reach the request as events; a request the server finishes is reported once, and a
+//! departed client never; and the reports add up.
 
 use braid_engine::{
     spawn_engine, EngineConfig, EngineEvent, EngineHandle, EngineInfo, EngineObserver,
     EngineRequest, FinishReason, RequestEvent, StepStats, SubmitError,
 };
 use braid_model::{LoadedModel, SamplingParams};
-use braid_sched::AddError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -137,23 +137,100 @@ async fn a_failing_step_fails_its_requests_and_the_engine_carries_on() {
     assert!(h.is_alive());
 }
 
+/// Waits until the engine holds nothing: no request running or waiting, no KV block in use.
+async fn until_idle(h: &EngineHandle) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = h.stats();
+        if s.running == 0 && s.waiting == 0 && s.kv_usage == 0.0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still held: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn departed_clients_free_their_sequences() {
     let (h, _dir) = engine();
     for _ in 0..12 {
         drop(submit(&h, vec![9; 30], 400));
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = h.stats();
-        if s.running == 0 && s.waiting == 0 && s.kv_usage == 0.0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "still held: {s:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_idle(&h).await;
     let (tokens, _) = drain(submit(&h, vec![7; 10], 3)).await;
     assert_eq!(tokens.len(), 3);
+}
+
+/// Each `Finished` report: (request id, reason, completion tokens).
+fn finished_reports(rec: &Recorder) -> Vec<(u64, FinishReason, usize)> {
+    rec.requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(id, e)| match e {
+            RequestEvent::Finished {
+                reason,
+                completion_tokens,
+                ..
+            } => Some((*id, *reason, *completion_tokens)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_request_the_server_finishes_is_reported_once_and_freed() {
+    let (h, rec, _dir) = engine_with(4, 16);
+    let (req, mut rx) = request(&h, vec![8; 12], 400, vec![]);
+    let id = req.id;
+    h.submit(req).unwrap();
+    // Two tokens passed on, as by a server whose stop string matched in the second.
+    for _ in 0..2 {
+        let event = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+        assert!(
+            matches!(event, Ok(Some(EngineEvent::Token { finished: None, .. }))),
+            "{event:?}"
+        );
+    }
+    h.finish(id, FinishReason::Stop, 2);
+    // The answer comes after whatever tokens the engine sent meanwhile.
+    let (_, end) = drain(rx).await;
+    assert!(
+        matches!(end, Some(EngineEvent::Done(ref f)) if f.reason == FinishReason::Stop && f.completion_tokens == 2),
+        "{end:?}"
+    );
+    h.finish(id, FinishReason::Length, 5);
+    until_idle(&h).await;
+    assert_eq!(
+        finished_reports(&rec),
+        [(id, FinishReason::Stop, 2)],
+        "reported once, with the tokens the server passed on; a second finish changes nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_finish_is_read_before_its_closed_channel_and_a_departed_client_never_finishes() {
+    let (h, rec, _dir) = engine_with(4, 16);
+    let (finished, mut finished_rx) = request(&h, vec![8; 12], 400, vec![]);
+    let (departed, mut departed_rx) = request(&h, vec![9; 12], 400, vec![]);
+    let (finished_id, departed_id) = (finished.id, departed.id);
+    h.submit(finished).unwrap();
+    h.submit(departed).unwrap();
+    for rx in [&mut finished_rx, &mut departed_rx] {
+        let event = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+        assert!(
+            matches!(event, Ok(Some(EngineEvent::Token { .. }))),
+            "{event:?}"
+        );
+    }
+    // A server that stopped waiting for the engine's answer: finish, then let go at once.
+    h.finish(finished_id, FinishReason::Length, 1);
+    drop(finished_rx);
+    drop(departed_rx);
+    until_idle(&h).await;
+    let reports = finished_reports(&rec);
+    assert_eq!(reports, [(finished_id, FinishReason::Length, 1)]);
+    assert!(reports.iter().all(|r| r.0 != departed_id));
 }
 
 #[tokio::test]
@@ -207,27 +284,24 @@ async fn the_scheduler_decides_the_end_and_the_engine_relays_it() {
 #[tokio::test]
 async fn a_request_larger_than_the_pool_is_refused_at_submission() {
     let (h, _, _dir) = engine_with(1, 16);
-    let pool_tokens = match h.submit(request(&h, vec![5; 8], 100_000, vec![]).0) {
-        Err(SubmitError::Refused(AddError::TooLong { .. })) => None,
-        Err(SubmitError::Refused(AddError::ExceedsKvPool {
+    let pool = match h.submit(request(&h, vec![5; 8], 100_000, vec![]).0) {
+        Err(SubmitError::ExceedsKvPool {
             needed_tokens,
             pool_tokens,
-        })) => {
+        }) => {
             assert_eq!(needed_tokens, 8 + 100_000 - 1);
-            Some(pool_tokens)
+            pool_tokens
         }
         other => panic!("{other:?}"),
     };
-    if let Some(pool) = pool_tokens {
-        let err = h.submit(request(&h, vec![5; 8], pool, vec![]).0);
-        assert!(
-            matches!(
-                err,
-                Err(SubmitError::Refused(AddError::ExceedsKvPool { .. }))
-            ),
-            "{err:?}"
-        );
-    }
+    let err = h.submit(request(&h, vec![5; 8], pool - 6, vec![]).0);
+    assert_eq!(
+        err,
+        Err(SubmitError::ExceedsKvPool {
+            needed_tokens: pool + 1,
+            pool_tokens: pool
+        })
+    );
     assert_eq!(
         h.stats().waiting,
         0,

@@ -1,8 +1,10 @@
-//! The planner's knobs and the ways a request can be refused at the door.
+//! The planner's knobs, and which requests it can run at all.
 //!
-//! Refusals happen in `Scheduler::add`, before a request holds anything, so the server can
-//! map each one to an HTTP status in one place (queue full → 429, too long → 400/413)
-//! instead of discovering later that a request can never run.
+//! A request the planner could never run (no prompt, nothing to generate, longer than the
+//! context, more than the whole KV pool) must be refused before it is added, while it holds
+//! nothing: the server validates every field once, and the engine handle checks the one bound
+//! only the engine knows (the pool, `exceeds_kv_pool`). `Scheduler::add` only debug-asserts
+//! `admits`, and never refuses: how many may wait is the engine handle's to bound.
 
 use std::time::Duration;
 
@@ -17,8 +19,6 @@ pub struct SchedulerConfig {
     pub max_num_seqs: usize,
     /// Hard cap on rows (decodes + prompt slices) in one step. Must be `>= max_num_seqs`.
     pub max_batched_tokens: usize,
-    /// Bounded waiting queue (new requests; preempted ones are always taken back).
-    pub max_waiting: usize,
     /// Context length: `prompt_len + max_new_tokens` must fit.
     pub max_model_len: usize,
     /// `false`: a prompt is read whole in one step (the stall braid exists to fix).
@@ -42,7 +42,6 @@ impl Default for SchedulerConfig {
             num_blocks: 1024,
             max_num_seqs: 32,
             max_batched_tokens: 512,
-            max_waiting: 256,
             max_model_len: 8192,
             chunked_prefill: true,
             itl_target: Some(Duration::from_millis(100)),
@@ -90,59 +89,20 @@ impl SchedulerConfig {
         self.num_blocks * self.block_size
     }
 
-    /// Whether a request of this shape could ever run, whatever else is queued: the checks
-    /// of [`crate::Scheduler::add`] that do not depend on the queue, so a front end can
-    /// refuse such a request before it submits it.
-    pub fn check_request(&self, prompt_len: usize, max_new_tokens: usize) -> Result<(), AddError> {
-        if prompt_len == 0 {
-            return Err(AddError::EmptyPrompt);
-        }
-        if max_new_tokens == 0 {
-            return Err(AddError::ZeroMaxNewTokens);
-        }
-        if prompt_len.saturating_add(max_new_tokens) > self.max_model_len {
-            return Err(AddError::TooLong {
-                prompt_len,
-                max_new_tokens,
-                max_model_len: self.max_model_len,
-            });
-        }
+    /// The KV positions a request of this shape needs, when they are more than the whole
+    /// pool holds: nothing that finishes could ever make room for it.
+    pub fn exceeds_kv_pool(&self, prompt_len: usize, max_new_tokens: usize) -> Option<usize> {
         let needed_tokens = crate::Sequence::kv_tokens_for(prompt_len, max_new_tokens);
-        if crate::BlockAllocator::blocks_for(needed_tokens, self.block_size) > self.num_blocks {
-            return Err(AddError::ExceedsKvPool {
-                needed_tokens,
-                pool_tokens: self.pool_tokens(),
-            });
-        }
-        Ok(())
+        (crate::BlockAllocator::blocks_for(needed_tokens, self.block_size) > self.num_blocks)
+            .then_some(needed_tokens)
     }
-}
 
-/// Why [`crate::Scheduler::add`] refused a request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AddError {
-    #[error("waiting queue is full; retry later")]
-    QueueFull,
-    #[error(
-        "prompt of {prompt_len} tokens plus `max_tokens` {max_new_tokens} exceeds the \
-         context length of {max_model_len} tokens"
-    )]
-    TooLong {
-        prompt_len: usize,
-        max_new_tokens: usize,
-        max_model_len: usize,
-    },
-    #[error(
-        "request needs {needed_tokens} KV cache tokens but the whole pool holds {pool_tokens}"
-    )]
-    ExceedsKvPool {
-        needed_tokens: usize,
-        pool_tokens: usize,
-    },
-    #[error("prompt is empty: at least one token is required")]
-    EmptyPrompt,
-    #[error("`max_tokens` must be >= 1")]
-    ZeroMaxNewTokens,
-    #[error("sequence id {0} is already in use")]
-    DuplicateId(u64),
+    /// Whether [`crate::Scheduler::add`] takes a request of this shape: a prompt, at least one
+    /// token to generate, within the context and the KV pool.
+    pub fn admits(&self, prompt_len: usize, max_new_tokens: usize) -> bool {
+        prompt_len > 0
+            && max_new_tokens > 0
+            && prompt_len.saturating_add(max_new_tokens) <= self.max_model_len
+            && self.exceeds_kv_pool(prompt_len, max_new_tokens).is_none()
+    }
 }

@@ -9,8 +9,8 @@
 //!
 //! ```text
 //! loop {
-//!     for r in new_requests { sched.add(id, prompt, stop_conditions, now)? } // refuse → HTTP error
-//!     for id in cancelled   { sched.abort(id); }
+//!     for r in new_requests { sched.add(id, prompt, stop_conditions, now) }  // refused before, if ever
+//!     for id in ended_outside { sched.abort(id); }                          // client left, stop string, deadline
 //!     let plan = sched.plan(now);
 //!     if plan.is_empty() { wait for work; continue }
 //!     let t0 = Instant::now();
@@ -40,7 +40,7 @@ pub mod step_plan;
 
 pub use block_allocator::{BlockAllocator, BlockId};
 pub use calibration::{Calibration, CalibrationChunk};
-pub use config::{AddError, SchedulerConfig};
+pub use config::SchedulerConfig;
 pub use cost_model::{CostModel, StepFeatures};
 pub use planner::Scheduler;
 pub use prefix_cache::{BlockHash, BlockHasher, PrefixCacheStats};

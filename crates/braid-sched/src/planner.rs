@@ -66,7 +66,7 @@ use crate::prefix_cache::{BlockHasher, PrefixCacheStats};
 use crate::sequence::{FinishedSeq, SeqId, SeqState, Sequence, StopConditions};
 use crate::step_headroom::StepHeadroom;
 
-pub use crate::config::{AddError, SchedulerConfig};
+pub use crate::config::SchedulerConfig;
 pub use crate::step_plan::{ScheduledChunk, StepPlan};
 
 /// Owns every live sequence and the KV block pool; plans and commits engine steps.
@@ -132,26 +132,19 @@ impl Scheduler {
     }
 
     /// Queues a request that arrived at `now`, to end by `stop` (a bare token limit converts:
-    /// no stop tokens); refuses it if it could never run or the queue is full (checked last,
-    /// so a request that is simply invalid is told so).
-    pub fn add(
-        &mut self,
-        id: SeqId,
-        prompt: Vec<u32>,
-        stop: impl Into<StopConditions>,
-        now: f64,
-    ) -> Result<(), AddError> {
-        if self.seqs.contains_key(&id) {
-            return Err(AddError::DuplicateId(id));
-        }
+    /// no stop tokens). The caller has refused every request the planner could never run
+    /// ([`SchedulerConfig::admits`]) and gives each its own id; both are only debug-asserted.
+    pub fn add(&mut self, id: SeqId, prompt: Vec<u32>, stop: impl Into<StopConditions>, now: f64) {
         let stop = stop.into();
-        self.cfg.check_request(prompt.len(), stop.max_new_tokens)?;
-        if self.waiting.len() >= self.cfg.max_waiting {
-            return Err(AddError::QueueFull);
-        }
+        debug_assert!(!self.seqs.contains_key(&id), "sequence id {id} is in use");
+        debug_assert!(
+            self.cfg.admits(prompt.len(), stop.max_new_tokens),
+            "a request of {} prompt tokens and {} to generate can never run",
+            prompt.len(),
+            stop.max_new_tokens
+        );
         self.seqs.insert(id, Sequence::new(id, prompt, stop, now));
         self.waiting.push_back(id);
-        Ok(())
     }
 
     /// Makes waiting sequence `id` one whose prompt is scored (`echo` with `logprobs`): each of
@@ -186,7 +179,8 @@ impl Scheduler {
         leader.is_some_and(|l| l.num_computed < l.prompt_len)
     }
 
-    /// The client went away: frees its blocks at once and forgets it. `false` if unknown.
+    /// Ends `id` from outside a step (its client went away, or the server ended it: a stop
+    /// string, its deadline): frees its blocks at once and forgets it. `false` if unknown.
     pub fn abort(&mut self, id: SeqId) -> bool {
         self.remove(id, SeqState::Cancelled).is_some()
     }

@@ -10,7 +10,6 @@ fn cfg(num_blocks: usize) -> SchedulerConfig {
         num_blocks,
         max_num_seqs: 4,
         max_batched_tokens: 64,
-        max_waiting: 8,
         max_model_len: 64,
         chunked_prefill: true,
         itl_target: None,
@@ -69,11 +68,11 @@ fn a_scored_prompt_wants_every_rows_logits_in_bounded_slices_and_skips_the_prefi
     c.max_model_len = 256;
     let mut s = Scheduler::new(c);
     let prompt: Vec<u32> = (0..150).map(|t| t % 50).collect();
-    s.add(1, prompt.clone(), 1, 0.0).unwrap();
+    s.add(1, prompt.clone(), 1, 0.0);
     run_to_idle(&mut s);
-    s.add(2, prompt.clone(), 1, 1.0).unwrap();
+    s.add(2, prompt.clone(), 1, 1.0);
     s.score_prompt(2);
-    s.add(3, prompt, 1, 1.0).unwrap();
+    s.add(3, prompt, 1, 1.0);
     let plan = s.plan(2.0);
     let scored = plan.chunks.iter().find(|c| c.seq == 2).unwrap();
     assert!(scored.all_logits && scored.start == 0);
@@ -90,10 +89,10 @@ fn a_choice_sharing_a_prompt_waits_for_it_then_starts_from_the_cached_blocks() {
     c.max_model_len = 128;
     let mut s = Scheduler::new(c);
     let prompt: Vec<u32> = (0..30).collect();
-    s.add(1, prompt.clone(), 4, 0.0).unwrap();
-    s.add(2, prompt, 4, 0.0).unwrap();
+    s.add(1, prompt.clone(), 4, 0.0);
+    s.add(2, prompt, 4, 0.0);
     s.share_prompt(2, 1);
-    s.add(3, vec![7; 5], 4, 0.0).unwrap();
+    s.add(3, vec![7; 5], 4, 0.0);
     let mut starts = Vec::new();
     let mut copies = Vec::new();
     for k in 0..20 {
@@ -122,8 +121,8 @@ fn a_choice_sharing_a_prompt_waits_for_it_then_starts_from_the_cached_blocks() {
 #[test]
 fn prompts_holding_the_pool_do_not_wait_on_each_other() {
     let mut s = Scheduler::new(cfg(4));
-    s.add(1, vec![1; 16], 1, 0.0).unwrap();
-    s.add(2, vec![2; 16], 1, 0.0).unwrap();
+    s.add(1, vec![1; 16], 1, 0.0);
+    s.add(2, vec![2; 16], 1, 0.0);
     force_running(&mut s, 1, SeqState::Prefilling, 8);
     force_running(&mut s, 2, SeqState::Prefilling, 8);
     assert_eq!(s.allocator.num_free(), 0);
@@ -149,8 +148,8 @@ fn prompts_holding_the_pool_do_not_wait_on_each_other() {
 #[test]
 fn a_prompt_short_of_blocks_never_preempts_a_scheduled_decode() {
     let mut s = Scheduler::new(cfg(4));
-    s.add(1, vec![1; 16], 1, 0.0).unwrap();
-    s.add(2, vec![2; 7], 3, 0.0).unwrap();
+    s.add(1, vec![1; 16], 1, 0.0);
+    s.add(2, vec![2; 7], 3, 0.0);
     force_running(&mut s, 1, SeqState::Prefilling, 8);
     force_running(&mut s, 2, SeqState::Decoding, 6); // positions 6, 7 fit its 2 blocks
     let plan = s.plan(0.0);

@@ -19,7 +19,8 @@
 //! committed ([`Sequence::finish_reason`]): a stop token ends it with `Stop` (the token is not
 //! output), reaching `max_new_tokens` or the end of the context with `Length`. The server
 //! only adds what needs text (stop strings) or a clock (its deadline), and those end a
-//! sequence by aborting it.
+//! sequence from outside a step (`Scheduler::abort`, as a client that leaves does; the engine
+//! reports the request finished or cancelled, the scheduler need not know which).
 //!
 //! Invariants while a sequence is held by the scheduler:
 //! - `num_computed <= tokens.len()`; while Decoding, `tokens.len() == num_computed + 1`
@@ -50,13 +51,13 @@ pub enum SeqState {
     Decoding,
     /// Ended by its stop rule (stop token, token limit, end of the context).
     Finished,
-    /// Ended by the client going away.
+    /// Ended from outside a step (`Scheduler::abort`).
     Cancelled,
     /// Lost its blocks to an older sequence; back at the front of the queue, to be recomputed.
     Preempted,
 }
 
-/// Why a sequence ended on its own (a client leaving is an abort, not a finish).
+/// Why a request finished (a client leaving is not a finish).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FinishReason {
     /// A stop token was sampled (or, decided by the server, a stop string matched).

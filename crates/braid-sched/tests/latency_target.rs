@@ -24,7 +24,7 @@ fn latency_target_limits_prefill_when_someone_decodes() {
     // decodes (half a token of slack keeps float rounding out of the answer).
     let cost = CostModel::new([0.0095, 0.001, 0.001, 0.0]);
     let mut s = Scheduler::with_cost_model(target_cfg(50), cost.clone());
-    s.add(1, prompt(1, 200), 3, 0.0).unwrap();
+    s.add(1, prompt(1, 200), 3, 0.0);
     let (p, _) = step(&mut s, 0.0);
     assert_eq!(
         p.num_prefill_tokens(),
@@ -33,10 +33,10 @@ fn latency_target_limits_prefill_when_someone_decodes() {
     );
     assert_eq!(p.planned_to_secs, None, "and the target does not apply");
     let mut s = Scheduler::with_cost_model(target_cfg(50), cost.clone());
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 50, 0.0);
+    s.add(2, prompt(2, 2), 50, 0.0);
     step(&mut s, 0.0);
-    s.add(3, prompt(3, 200), 3, 0.0).unwrap();
+    s.add(3, prompt(3, 200), 3, 0.0);
     let (p, _) = step(&mut s, 0.1);
     assert_eq!((p.num_decodes(), p.num_prefill_tokens()), (2, 32));
     let share = StepHeadroom::TOLERATED / StepHeadroom::PRIOR_P99;
@@ -45,9 +45,9 @@ fn latency_target_limits_prefill_when_someone_decodes() {
     assert!(predicted <= 0.044 + 1e-12, "predicted {predicted}");
     // A looser target gives more, never past the cap.
     let mut s2 = Scheduler::with_cost_model(target_cfg(500), cost.clone());
-    s2.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    s2.add(1, prompt(1, 2), 50, 0.0);
     step(&mut s2, 0.0);
-    s2.add(3, prompt(3, 200), 3, 0.0).unwrap();
+    s2.add(3, prompt(3, 200), 3, 0.0);
     let (p, _) = step(&mut s2, 0.1);
     assert_eq!(p.num_tokens(), 64);
 }
@@ -56,9 +56,9 @@ fn latency_target_limits_prefill_when_someone_decodes() {
 fn latency_target_follows_the_fitted_model() {
     let mut s =
         Scheduler::with_cost_model(target_cfg(50), CostModel::new([0.010, 0.004, 0.001, 0.0]));
-    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 200, 0.0);
     step(&mut s, 0.0);
-    s.add(2, prompt(2, 250), 3, 0.0).unwrap();
+    s.add(2, prompt(2, 250), 3, 0.0);
     let (p, _) = step(&mut s, 0.1);
     assert_eq!(p.num_prefill_tokens(), 8, "(44 - 11) / 4 ms per token");
     // The machine turns out faster: 1 ms per prompt token.
@@ -82,18 +82,18 @@ fn tiny_slices_are_not_worth_scheduling_under_a_tight_target() {
     // tokens < min_prefill_chunk (4).
     let cost = CostModel::new([0.0095, 0.001, 0.001, 0.0]);
     let mut s = Scheduler::with_cost_model(target_cfg(17), cost.clone());
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 50, 0.0);
+    s.add(2, prompt(2, 2), 50, 0.0);
     step(&mut s, 0.0);
-    s.add(3, prompt(3, 100), 3, 0.0).unwrap();
+    s.add(3, prompt(3, 100), 3, 0.0);
     let (p, _) = step(&mut s, 0.1);
     assert_eq!(p.num_prefill_tokens(), 0);
     // ... unless the whole rest of the prompt is that small.
     let mut s = Scheduler::with_cost_model(target_cfg(17), cost.clone());
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 50, 0.0);
+    s.add(2, prompt(2, 2), 50, 0.0);
     step(&mut s, 0.0);
-    s.add(4, prompt(4, 3), 3, 0.0).unwrap();
+    s.add(4, prompt(4, 3), 3, 0.0);
     let (p, _) = step(&mut s, 0.1);
     assert_eq!(p.num_prefill_tokens(), 3);
 }
@@ -108,10 +108,10 @@ fn starving_prompt_gets_min_chunk_past_the_target() {
         ..small_cfg()
     };
     let mut s = Scheduler::with_cost_model(cfg, cost);
-    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 200, 0.0);
     step(&mut s, 0.0);
-    s.add(2, prompt(2, 10), 5, 0.5).unwrap();
-    s.add(3, prompt(3, 10), 5, 0.6).unwrap();
+    s.add(2, prompt(2, 10), 5, 0.5);
+    s.add(3, prompt(3, 10), 5, 0.6);
     let mut now = 0.5;
     while now < 2.45 {
         let (p, _) = step(&mut s, now);
@@ -149,9 +149,9 @@ fn a_starving_prompt_moves_by_what_fits_the_target_not_by_a_fixed_slice() {
         ..small_cfg()
     };
     let mut s = Scheduler::with_cost_model(cfg, cost);
-    s.add(1, prompt(1, 2), 200, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 200, 0.0);
     step(&mut s, 0.0);
-    s.add(2, prompt(2, 12), 5, 0.1).unwrap();
+    s.add(2, prompt(2, 12), 5, 0.1);
     let (p, _) = step(&mut s, 0.5);
     assert_eq!(p.num_prefill_tokens(), 0, "not starving yet");
     let (p, _) = step(&mut s, 1.2);
@@ -168,7 +168,6 @@ fn a_long_prompt_gets_through_a_steady_stream_of_decodes_and_arrivals() {
     let cfg = SchedulerConfig {
         max_num_seqs: 8,
         max_batched_tokens: 64,
-        max_waiting: 64,
         num_blocks: 256,
         itl_target: Some(Duration::from_millis(100)),
         starvation_after: Duration::from_secs(1),
@@ -177,14 +176,14 @@ fn a_long_prompt_gets_through_a_steady_stream_of_decodes_and_arrivals() {
     };
     let mut s = Scheduler::with_cost_model(cfg, cost);
     for id in 0..3 {
-        s.add(id, prompt(id, 2), 200, 0.0).unwrap();
+        s.add(id, prompt(id, 2), 200, 0.0);
     }
     step(&mut s, 0.0);
-    s.add(99, prompt(99, 100), 1, 0.0).unwrap();
+    s.add(99, prompt(99, 100), 1, 0.0);
     let mut now = 0.1;
     let mut next_id = 1000;
     loop {
-        s.add(next_id, prompt(next_id, 2), 5, now).unwrap();
+        s.add(next_id, prompt(next_id, 2), 5, now);
         next_id += 1;
         let (p, done) = step(&mut s, now);
         assert_eq!(p.num_decodes(), 3, "the streams never stop");
@@ -222,10 +221,10 @@ fn steps_are_planned_to_the_share_of_the_target_the_cost_model_s_error_leaves() 
     }
     let share = s.target_share();
     assert!((share - 1.1 / 1.3).abs() < 1e-9, "share {share}");
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
-    s.add(2, prompt(2, 2), 50, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 50, 0.0);
+    s.add(2, prompt(2, 2), 50, 0.0);
     step(&mut s, 0.0);
-    s.add(3, prompt(3, 200), 3, 0.0).unwrap();
+    s.add(3, prompt(3, 200), 3, 0.0);
     let (p, _) = step(&mut s, 0.1);
     let predicted = p.predicted_secs.unwrap();
     assert_eq!(p.planned_to_secs, Some(0.050 * share));

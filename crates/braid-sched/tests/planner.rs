@@ -4,7 +4,7 @@
 mod common;
 
 use braid_sched::{
-    AddError, FinishReason, Scheduler, SchedulerConfig, SeqState, StepFeatures, StopConditions,
+    FinishReason, Scheduler, SchedulerConfig, SeqState, StepFeatures, StopConditions,
 };
 use common::{check_plan, drain, prompt, sample, small_cfg, step};
 
@@ -15,13 +15,13 @@ fn sched(cfg: SchedulerConfig) -> Scheduler {
 #[test]
 fn decodes_come_first_one_token_each() {
     let mut s = sched(small_cfg());
-    s.add(1, prompt(1, 3), 20, 0.0).unwrap();
-    s.add(2, prompt(2, 5), 20, 0.0).unwrap();
+    s.add(1, prompt(1, 3), 20, 0.0);
+    s.add(2, prompt(2, 5), 20, 0.0);
     let (p, _) = step(&mut s, 0.0);
     assert_eq!(p.num_prefill_tokens(), 8);
     assert_eq!(p.num_samples(), 2, "both prompts read whole, both sample");
     assert_eq!(s.sequence(1).unwrap().state, SeqState::Decoding);
-    s.add(3, prompt(3, 40), 20, 0.1).unwrap();
+    s.add(3, prompt(3, 40), 20, 0.1);
     let (p, _) = step(&mut s, 0.1);
     let ids: Vec<_> = p
         .chunks
@@ -39,7 +39,7 @@ fn chunks_respect_token_cap_and_seq_limit() {
     cfg.max_num_seqs = 3;
     let mut s = sched(cfg);
     for id in 0..6 {
-        s.add(id, prompt(id, 7), 3, 0.0).unwrap();
+        s.add(id, prompt(id, 7), 3, 0.0);
     }
     let (p, _) = step(&mut s, 0.0);
     // 7 + 7 + 2 = 16: the third prompt is split at the cap.
@@ -60,12 +60,12 @@ fn chunks_respect_token_cap_and_seq_limit() {
 #[test]
 fn prompts_in_progress_go_before_new_ones() {
     let mut s = sched(small_cfg());
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 50, 0.0);
     step(&mut s, 0.0); // 1 decodes from now on
-    s.add(2, prompt(2, 40), 5, 0.1).unwrap();
+    s.add(2, prompt(2, 40), 5, 0.1);
     let (p, _) = step(&mut s, 0.1);
     assert_eq!(p.chunk(2).unwrap().len, 15);
-    s.add(3, prompt(3, 2), 5, 0.2).unwrap();
+    s.add(3, prompt(3, 2), 5, 0.2);
     let (p, _) = step(&mut s, 0.2);
     assert_eq!(
         p.chunk(2).unwrap().len,
@@ -88,7 +88,7 @@ fn admission_is_fifo() {
     cfg.max_num_seqs = 8;
     let mut s = sched(cfg);
     for id in [5, 3, 9, 1] {
-        s.add(id, prompt(id, 6), 2, 0.0).unwrap();
+        s.add(id, prompt(id, 6), 2, 0.0);
     }
     let (p, _) = step(&mut s, 0.0);
     let order: Vec<_> = p.chunks.iter().map(|c| c.seq).collect();
@@ -102,10 +102,10 @@ fn fifo_head_that_does_not_fit_blocks_those_behind() {
     let mut cfg = small_cfg();
     cfg.chunked_prefill = false;
     let mut s = sched(cfg);
-    s.add(1, prompt(1, 2), 50, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 50, 0.0);
     step(&mut s, 0.0);
-    s.add(2, prompt(2, 30), 5, 0.1).unwrap(); // > 15 tokens left next to one decode
-    s.add(3, prompt(3, 2), 5, 0.1).unwrap(); // would fit, but is behind
+    s.add(2, prompt(2, 30), 5, 0.1); // > 15 tokens left next to one decode
+    s.add(3, prompt(3, 2), 5, 0.1); // would fit, but is behind
     let (p, _) = step(&mut s, 0.2);
     assert_eq!((p.num_decodes(), p.num_prefill_tokens()), (1, 0));
     assert_eq!(s.num_waiting(), 2);
@@ -116,8 +116,8 @@ fn without_chunking_prompts_are_read_whole() {
     let mut cfg = small_cfg();
     cfg.chunked_prefill = false;
     let mut s = sched(cfg);
-    s.add(1, prompt(1, 10), 3, 0.0).unwrap();
-    s.add(2, prompt(2, 10), 3, 0.0).unwrap();
+    s.add(1, prompt(1, 10), 3, 0.0);
+    s.add(2, prompt(2, 10), 3, 0.0);
     let (p, _) = step(&mut s, 0.0);
     assert_eq!(
         p.chunks.len(),
@@ -131,7 +131,7 @@ fn without_chunking_prompts_are_read_whole() {
         c.chunked_prefill = false;
         c
     });
-    s.add(7, prompt(7, 40), 3, 0.0).unwrap();
+    s.add(7, prompt(7, 40), 3, 0.0);
     let (p, _) = step(&mut s, 0.0);
     assert_eq!((p.chunks.len(), p.num_tokens()), (1, 40));
     assert!(p.chunks[0].sample);
@@ -143,9 +143,9 @@ fn oversized_whole_prompt_waits_for_decoders_until_it_starves() {
     let mut cfg = small_cfg();
     cfg.chunked_prefill = false;
     let mut s = sched(cfg);
-    s.add(1, prompt(1, 2), 100, 0.0).unwrap();
+    s.add(1, prompt(1, 2), 100, 0.0);
     step(&mut s, 0.0);
-    s.add(2, prompt(2, 40), 3, 0.0).unwrap();
+    s.add(2, prompt(2, 40), 3, 0.0);
     let (p, _) = step(&mut s, 1.0);
     assert!(
         p.chunk(2).is_none(),
@@ -169,8 +169,8 @@ fn decode_that_runs_out_of_blocks_preempts_the_youngest() {
     };
     let mut s = sched(cfg);
     // Each needs 8 + 12 - 1 = 19 positions = 5 blocks; the pool has 6.
-    s.add(1, prompt(1, 8), 12, 0.0).unwrap();
-    s.add(2, prompt(2, 8), 12, 0.0).unwrap();
+    s.add(1, prompt(1, 8), 12, 0.0);
+    s.add(2, prompt(2, 8), 12, 0.0);
     let mut now = 0.0;
     let mut preempted = Vec::new();
     let mut finished = Vec::new();
@@ -212,8 +212,8 @@ fn a_decode_that_is_itself_the_youngest_preempts_itself() {
         ..small_cfg()
     };
     let mut s = sched(cfg);
-    s.add(1, prompt(1, 5), 3, 0.0).unwrap(); // 2 blocks; next positions 5, 6 stay in block 2
-    s.add(2, prompt(2, 4), 3, 0.0).unwrap(); // 1 block; position 4 needs a new one
+    s.add(1, prompt(1, 5), 3, 0.0); // 2 blocks; next positions 5, 6 stay in block 2
+    s.add(2, prompt(2, 4), 3, 0.0); // 1 block; position 4 needs a new one
     step(&mut s, 0.0);
     let (p, _) = step(&mut s, 0.1);
     assert_eq!(p.preempted, vec![2]);
@@ -235,8 +235,8 @@ fn preempted_sequence_recomputes_prompt_and_generated_tokens() {
         ..small_cfg()
     };
     let mut s = sched(cfg);
-    s.add(1, prompt(1, 5), 3, 0.0).unwrap();
-    s.add(2, prompt(2, 4), 3, 0.0).unwrap();
+    s.add(1, prompt(1, 5), 3, 0.0);
+    s.add(2, prompt(2, 4), 3, 0.0);
     step(&mut s, 0.0);
     step(&mut s, 0.1); // 2 preempted with 5 tokens (4 prompt + 1 generated)
                        // Recomputation reads all 5 tokens as a prompt (in slices as blocks free up), samples
@@ -260,8 +260,8 @@ fn preempted_sequence_recomputes_prompt_and_generated_tokens() {
 #[test]
 fn abort_frees_blocks_at_once() {
     let mut s = sched(small_cfg());
-    s.add(1, prompt(1, 10), 5, 0.0).unwrap();
-    s.add(2, prompt(2, 30), 5, 0.0).unwrap();
+    s.add(1, prompt(1, 10), 5, 0.0);
+    s.add(2, prompt(2, 30), 5, 0.0);
     let plan = s.plan(0.0);
     let used = s.allocator().num_used();
     assert_eq!(used, 3 + 2, "10 tokens + 6 tokens of 4-token blocks");
@@ -271,49 +271,30 @@ fn abort_frees_blocks_at_once() {
     assert!(!s.abort(2), "unknown now");
     s.commit(&plan, &sample(&plan)); // the aborted sequence's chunk is skipped
     s.check_invariants().unwrap();
-    s.add(3, prompt(3, 4), 5, 0.1).unwrap();
+    s.add(3, prompt(3, 4), 5, 0.1);
     assert!(s.abort(3), "waiting sequences can be aborted too");
     assert!(s.abort(1));
     assert_eq!((s.allocator().num_used(), s.is_idle()), (0, true));
 }
 
 #[test]
-fn add_refuses_what_can_never_run() {
+fn admits_only_what_can_run() {
     let cfg = SchedulerConfig {
-        max_waiting: 2,
         num_blocks: 8, // 32 positions
         max_model_len: 40,
         ..small_cfg()
     };
+    assert!(!cfg.admits(0, 5), "no prompt");
+    assert!(!cfg.admits(1, 0), "nothing to generate");
+    assert!(!cfg.admits(30, 11), "past the context");
+    assert_eq!(cfg.exceeds_kv_pool(30, 11), Some(40));
+    assert!(!cfg.admits(30, 4), "more than the pool");
+    assert_eq!(cfg.exceeds_kv_pool(30, 4), Some(33));
+    assert!(cfg.admits(30, 3), "32 positions: exactly the pool");
+    assert_eq!(cfg.exceeds_kv_pool(30, 3), None);
     let mut s = sched(cfg);
-    assert_eq!(s.add(1, vec![], 5, 0.0), Err(AddError::EmptyPrompt));
-    assert_eq!(s.add(1, vec![1], 0, 0.0), Err(AddError::ZeroMaxNewTokens));
-    let e = s.add(1, prompt(1, 30), 11, 0.0).unwrap_err();
-    assert_eq!(
-        e,
-        AddError::TooLong {
-            prompt_len: 30,
-            max_new_tokens: 11,
-            max_model_len: 40
-        }
-    );
-    assert!(e.to_string().contains("30") && e.to_string().contains("40"));
-    let e = s.add(1, prompt(1, 30), 4, 0.0).unwrap_err();
-    assert_eq!(
-        e,
-        AddError::ExceedsKvPool {
-            needed_tokens: 33,
-            pool_tokens: 32
-        }
-    );
-    assert!(e.to_string().contains("33") && e.to_string().contains("32"));
-    s.add(1, prompt(1, 30), 3, 0.0).unwrap(); // 32 positions: exactly the pool
-    assert_eq!(
-        s.add(1, prompt(1, 3), 3, 0.0),
-        Err(AddError::DuplicateId(1))
-    );
-    s.add(2, prompt(2, 3), 3, 0.0).unwrap();
-    assert_eq!(s.add(3, prompt(3, 3), 3, 0.0), Err(AddError::QueueFull));
+    s.add(1, prompt(1, 30), 3, 0.0);
+    s.add(2, prompt(2, 3), 3, 0.0);
     assert_eq!(s.num_waiting(), 2);
     drain(&mut s, 0.0, 0.1);
 }
@@ -321,7 +302,7 @@ fn add_refuses_what_can_never_run() {
 #[test]
 fn commit_advances_and_switches_to_decoding() {
     let mut s = sched(small_cfg());
-    s.add(1, prompt(1, 20), 2, 0.0).unwrap();
+    s.add(1, prompt(1, 20), 2, 0.0);
     let p = s.plan(0.0);
     check_plan(&s, &p);
     assert_eq!(s.sequence(1).unwrap().state, SeqState::Prefilling);
@@ -346,7 +327,7 @@ fn commit_advances_and_switches_to_decoding() {
 #[test]
 fn the_commit_of_the_last_token_finishes_the_sequence() {
     let mut s = sched(small_cfg());
-    s.add(1, prompt(1, 3), 2, 0.0).unwrap();
+    s.add(1, prompt(1, 3), 2, 0.0);
     let p = s.plan(0.0);
     assert!(s.commit(&p, &sample(&p)).is_empty());
     let p = s.plan(1.0);
@@ -366,7 +347,7 @@ fn a_stop_token_finishes_the_sequence_and_the_context_end_bounds_it() {
         max_new_tokens: 5,
         stop_token_ids: vec![77],
     };
-    s.add(1, prompt(1, 3), stop, 0.0).unwrap();
+    s.add(1, prompt(1, 3), stop, 0.0);
     let p = s.plan(0.0);
     assert!(s.commit(&p, &[(1, 5)]).is_empty());
     let p = s.plan(1.0);
@@ -375,25 +356,18 @@ fn a_stop_token_finishes_the_sequence_and_the_context_end_bounds_it() {
     assert_eq!(finished[0].seq.tokens[3..], [5, 77]);
     assert!(s.is_idle());
     let max_model_len = s.config().max_model_len;
-    let long = StopConditions {
-        max_new_tokens: max_model_len,
-        stop_token_ids: vec![],
-    };
     assert!(
-        matches!(
-            s.add(2, prompt(2, 3), long, 2.0),
-            Err(AddError::TooLong { .. })
-        ),
-        "a token limit past the context is refused, so the limit is reached first"
+        !s.config().admits(3, max_model_len),
+        "a token limit past the context is never admitted, so the limit is reached first"
     );
 }
 
 #[test]
 fn features_of_a_plan_count_attention() {
     let mut s = sched(small_cfg());
-    s.add(1, prompt(1, 3), 5, 0.0).unwrap();
+    s.add(1, prompt(1, 3), 5, 0.0);
     step(&mut s, 0.0);
-    s.add(2, prompt(2, 4), 5, 0.0).unwrap();
+    s.add(2, prompt(2, 4), 5, 0.0);
     let p = s.plan(0.1);
     let f = StepFeatures::of(&p);
     // Decode at position 3 attends 4; prompt rows 0..4 attend 1+2+3+4.
@@ -416,9 +390,9 @@ fn preempted_sequence_goes_back_ahead_of_new_arrivals() {
         ..small_cfg()
     };
     let mut s = sched(cfg);
-    s.add(1, prompt(1, 8), 12, 0.0).unwrap();
-    s.add(2, prompt(2, 8), 12, 0.0).unwrap();
-    s.add(3, prompt(3, 4), 2, 0.0).unwrap(); // waits for a running slot
+    s.add(1, prompt(1, 8), 12, 0.0);
+    s.add(2, prompt(2, 8), 12, 0.0);
+    s.add(3, prompt(3, 4), 2, 0.0); // waits for a running slot
     let mut now = 0.0;
     loop {
         let (p, _) = step(&mut s, now);
@@ -444,7 +418,7 @@ fn preempted_sequence_goes_back_ahead_of_new_arrivals() {
 #[test]
 fn a_sampled_chunk_without_a_token_is_fed_again() {
     let mut s = sched(small_cfg());
-    s.add(1, prompt(1, 6), 3, 0.0).unwrap();
+    s.add(1, prompt(1, 6), 3, 0.0);
     let p = s.plan(0.0);
     s.commit(&p, &[]); // the engine produced no token for it
     let seq = s.sequence(1).unwrap();

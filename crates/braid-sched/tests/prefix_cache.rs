@@ -106,7 +106,7 @@ fn a_shared_prefix_is_read_once_and_the_output_is_unchanged() {
 
     let mut s = Scheduler::new(cfg(64));
     let mut kv = FakeKv::new(4);
-    s.add(10, ask(10), 6, 0.0).unwrap();
+    s.add(10, ask(10), 6, 0.0);
     let first = drain(&mut s, &mut kv);
     assert_eq!(s.prefix_cache_stats().hits, 0);
     assert_eq!(s.prefix_cache_stats().queries, 42);
@@ -117,7 +117,7 @@ fn a_shared_prefix_is_read_once_and_the_output_is_unchanged() {
     );
 
     // Same system prompt, different question: the 9 full shared blocks are found.
-    s.add(11, ask(11), 6, 0.0).unwrap();
+    s.add(11, ask(11), 6, 0.0);
     let plan = s.plan(1.0);
     assert_eq!(
         plan.chunks[0].start, 36,
@@ -132,7 +132,7 @@ fn a_shared_prefix_is_read_once_and_the_output_is_unchanged() {
 
     // The very same request again: everything but the last token is cached, and its greedy
     // output equals the uncached one.
-    s.add(12, ask(10), 6, 0.0).unwrap();
+    s.add(12, ask(10), 6, 0.0);
     let plan = s.plan(2.0);
     assert_eq!((plan.chunks[0].start, plan.chunks[0].len), (40, 2));
     let sampled = kv.run(&s, &plan);
@@ -146,7 +146,7 @@ fn a_shared_prefix_is_read_once_and_the_output_is_unchanged() {
         ..cfg(64)
     });
     let mut kv2 = FakeKv::new(4);
-    plain.add(12, ask(10), 6, 0.0).unwrap();
+    plain.add(12, ask(10), 6, 0.0);
     let plan = plain.plan(0.0);
     assert_eq!(plan.chunks[0].start, 0);
     let sampled = kv2.run(&plain, &plan);
@@ -161,9 +161,9 @@ fn a_block_aligned_prompt_still_computes_its_last_token() {
     let mut s = Scheduler::new(cfg(16));
     let mut kv = FakeKv::new(4);
     let p = prompt(3, 8);
-    s.add(1, p.clone(), 1, 0.0).unwrap();
+    s.add(1, p.clone(), 1, 0.0);
     drain(&mut s, &mut kv);
-    s.add(2, p, 1, 0.0).unwrap();
+    s.add(2, p, 1, 0.0);
     let plan = s.plan(1.0);
     // Both blocks are cached, but the last one is recomputed into a fresh block, so a shared
     // block is never written.
@@ -176,12 +176,12 @@ fn generated_tokens_are_cached_for_the_next_turn() {
     let mut s = Scheduler::new(cfg(32));
     let mut kv = FakeKv::new(4);
     let p = prompt(5, 10);
-    s.add(1, p.clone(), 12, 0.0).unwrap();
+    s.add(1, p.clone(), 12, 0.0);
     let answer = drain(&mut s, &mut kv).remove(&1).unwrap();
     // The next turn: previous prompt + answer + a new message. Positions 0..=20 were computed
     // (the last answer token never is), so 5 full blocks = 20 tokens are found.
     let next = [p, answer, prompt(6, 3)].concat();
-    s.add(2, next, 1, 1.0).unwrap();
+    s.add(2, next, 1, 1.0);
     assert_eq!(s.plan(1.0).chunks[0].start, 20);
 }
 
@@ -193,9 +193,9 @@ fn a_head_that_cannot_be_admitted_gives_its_hits_back() {
     });
     let mut kv = FakeKv::new(4);
     let p = prompt(1, 9);
-    s.add(1, p.clone(), 1, 0.0).unwrap();
+    s.add(1, p.clone(), 1, 0.0);
     drain(&mut s, &mut kv); // 2 full blocks cached, its third block free
-    s.add(2, prompt(2, 16), 5, 0.0).unwrap(); // 5 free blocks after 4 of its 5 tokens
+    s.add(2, prompt(2, 16), 5, 0.0); // 5 free blocks after 4 of its 5 tokens
     for k in 0..4 {
         let plan = s.plan(k as f64);
         let sampled = kv.run(&s, &plan);
@@ -203,7 +203,7 @@ fn a_head_that_cannot_be_admitted_gives_its_hits_back() {
     }
     assert_eq!(s.allocator().num_used(), 5);
     let before = s.prefix_cache_stats();
-    s.add(3, [p.clone(), p].concat(), 4, 1.0).unwrap(); // finds 2 blocks, needs 5
+    s.add(3, [p.clone(), p].concat(), 4, 1.0); // finds 2 blocks, needs 5
     let plan = s.plan(1.0);
     assert!(plan.chunk(3).is_none(), "not enough blocks to admit it");
     assert_eq!(s.sequence(3).unwrap().block_table, Vec::<BlockId>::new());
@@ -229,8 +229,8 @@ fn a_preempted_sequence_finds_its_own_blocks_again() {
         ..cfg(6)
     });
     let mut kv = FakeKv::new(4);
-    s.add(1, prompt(1, 8), 12, 0.0).unwrap();
-    s.add(2, prompt(2, 8), 12, 0.0).unwrap();
+    s.add(1, prompt(1, 8), 12, 0.0);
+    s.add(2, prompt(2, 8), 12, 0.0);
     let out = drain(&mut s, &mut kv);
     assert!(s.num_preemptions() > 0);
     assert!(
@@ -240,7 +240,7 @@ fn a_preempted_sequence_finds_its_own_blocks_again() {
     for id in [1, 2] {
         let mut alone = Scheduler::new(cfg(64));
         let mut kv = FakeKv::new(4);
-        alone.add(id, prompt(id, 8), 12, 0.0).unwrap();
+        alone.add(id, prompt(id, 8), 12, 0.0);
         assert_eq!(drain(&mut alone, &mut kv)[&id], out[&id], "seq {id}");
     }
 }
@@ -262,7 +262,6 @@ fn a_full_pool_never_evicts_a_block_in_use() {
             num_blocks,
             max_num_seqs: rng.range(1, 6),
             max_batched_tokens: 32,
-            max_waiting: 64,
             chunked_prefill: rng.chance(0.8),
             ..cfg(num_blocks)
         });
@@ -278,7 +277,8 @@ fn a_full_pool_never_evicts_a_block_in_use() {
                 let tokens = [&sys[..shared], &prompt(next_id, rng.range(1, 12))].concat();
                 let max_new = rng.range(1, 10);
                 let need = BlockAllocator::blocks_for(tokens.len() + max_new - 1, bs);
-                if need <= num_blocks && s.add(next_id, tokens.clone(), max_new, 0.0).is_ok() {
+                if need <= num_blocks {
+                    s.add(next_id, tokens.clone(), max_new, 0.0);
                     expected.insert(next_id, tokens);
                 }
                 next_id += 1;

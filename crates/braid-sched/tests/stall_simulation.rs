@@ -72,8 +72,7 @@ fn simulate(cfg: SchedulerConfig, cost: CostModel) -> Outcome {
     loop {
         while pending.last().is_some_and(|r| r.arrival <= now) {
             let r = pending.pop().unwrap();
-            s.add(r.id, prompt(r.id, r.prompt_len), r.max_new, now)
-                .unwrap();
+            s.add(r.id, prompt(r.id, r.prompt_len), r.max_new, now);
         }
         let plan = s.plan(now);
         if plan.is_empty() {

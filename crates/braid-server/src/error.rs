@@ -1,9 +1,8 @@
 //! Every error braid answers with, as OpenAI's JSON body `{"error": {message, type, param,
 //! code}}` with the right status, so clients show the message instead of a parse failure.
 //!
-//! Handlers return `ApiError`; validation errors, engine admission errors (including every
-//! way the scheduler can refuse a request) and axum's body rejections convert into it here,
-//! in one place. axum's own 422 for a body of the wrong
+//! Handlers return `ApiError`; validation errors, engine admission errors and axum's body
+//! rejections convert into it here, in one place. axum's own 422 for a body of the wrong
 //! shape is never sent: it becomes a 400 carrying serde's message, which names the field.
 //!
 //! `ValidationError` lives here too, beside its HTTP mapping, so that everything that
@@ -15,7 +14,6 @@ use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use braid_engine::SubmitError;
-use braid_sched::AddError;
 use serde::Serialize;
 
 /// The body OpenAI clients parse.
@@ -319,34 +317,16 @@ impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
             SubmitError::QueueFull { .. } => ApiError::overloaded(e.to_string()),
-            SubmitError::ShuttingDown => ApiError::draining(),
             SubmitError::EngineStopped => {
                 ApiError::internal(format!("{e}; the server must be restarted"))
                     .with_code("engine_stopped")
             }
-            SubmitError::Refused(e) => e.into(),
-        }
-    }
-}
-
-impl From<AddError> for ApiError {
-    fn from(e: AddError) -> Self {
-        let message = e.to_string();
-        match e {
-            AddError::QueueFull => ApiError::overloaded(message),
-            AddError::TooLong { .. } => ApiError::bad_request(message)
-                .with_param("max_tokens")
-                .with_code("context_length_exceeded"),
-            AddError::ExceedsKvPool { .. } => ApiError::bad_request(format!(
-                "{message}; lower `max_tokens` or shorten the prompt (or start the server with \
-                 a larger --kv-cache-mb)"
+            SubmitError::ExceedsKvPool { .. } => ApiError::bad_request(format!(
+                "{e}; lower `max_tokens` or shorten the prompt (or start the server with a \
+                 larger --kv-cache-mb)"
             ))
             .with_param("max_tokens")
             .with_code("kv_cache_exceeded"),
-            AddError::EmptyPrompt => ApiError::bad_request(message).with_param("prompt"),
-            AddError::ZeroMaxNewTokens => ApiError::bad_request(message).with_param("max_tokens"),
-            // Request ids are the server's own: a clash is a bug, not the client's doing.
-            AddError::DuplicateId(_) => ApiError::internal(message),
         }
     }
 }
@@ -416,36 +396,25 @@ mod tests {
     }
 
     #[test]
-    fn every_scheduler_refusal_has_its_status() {
+    fn every_submit_error_has_its_status() {
         let all = [
-            AddError::QueueFull,
-            AddError::TooLong {
-                prompt_len: 10,
-                max_new_tokens: 8190,
-                max_model_len: 8192,
-            },
-            AddError::ExceedsKvPool {
+            SubmitError::QueueFull { waiting: 3 },
+            SubmitError::EngineStopped,
+            SubmitError::ExceedsKvPool {
                 needed_tokens: 5000,
                 pool_tokens: 4096,
             },
-            AddError::EmptyPrompt,
-            AddError::ZeroMaxNewTokens,
-            AddError::DuplicateId(7),
         ];
         for e in all {
             // No wildcard: a new variant does not compile until it is given a status here.
             let want = match e {
-                AddError::QueueFull => StatusCode::TOO_MANY_REQUESTS,
-                AddError::TooLong { .. }
-                | AddError::ExceedsKvPool { .. }
-                | AddError::EmptyPrompt
-                | AddError::ZeroMaxNewTokens => StatusCode::BAD_REQUEST,
-                AddError::DuplicateId(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                SubmitError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
+                SubmitError::EngineStopped => StatusCode::INTERNAL_SERVER_ERROR,
+                SubmitError::ExceedsKvPool { .. } => StatusCode::BAD_REQUEST,
             };
-            let api = ApiError::from(SubmitError::Refused(e.clone()));
-            assert_eq!(api.status, want, "{e:?}");
+            assert_eq!(ApiError::from(e.clone()).status, want, "{e:?}");
         }
-        let e = ApiError::from(AddError::ExceedsKvPool {
+        let e = ApiError::from(SubmitError::ExceedsKvPool {
             needed_tokens: 5000,
             pool_tokens: 4096,
         });
@@ -455,25 +424,6 @@ mod tests {
             e.detail.message
         );
         assert_eq!(e.detail.code, Some("kv_cache_exceeded"));
-    }
-
-    #[test]
-    fn every_submit_error_has_its_status() {
-        let all = [
-            SubmitError::QueueFull { waiting: 3 },
-            SubmitError::ShuttingDown,
-            SubmitError::EngineStopped,
-            SubmitError::Refused(AddError::EmptyPrompt),
-        ];
-        for e in all {
-            let want = match e {
-                SubmitError::QueueFull { .. } => StatusCode::TOO_MANY_REQUESTS,
-                SubmitError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-                SubmitError::EngineStopped => StatusCode::INTERNAL_SERVER_ERROR,
-                SubmitError::Refused(_) => StatusCode::BAD_REQUEST,
-            };
-            assert_eq!(ApiError::from(e.clone()).status, want, "{e:?}");
-        }
     }
 
     /// A body with one typed field, as the request types declare theirs.

@@ -2,27 +2,36 @@
 //!
 //! `Generation` submits to the engine, then turns engine events into `Chunk`s of text:
 //! it detokenizes incrementally (never splitting a UTF-8 character, skipping special tokens),
-//! applies stop strings (a match drops the event receiver, which cancels the sequence in the
-//! engine), enforces the per-request deadline, and writes the one log line per request when
-//! it is dropped, whether it finished, failed or its client went away.
+//! applies stop strings, enforces the per-request deadline, and writes the one log line per
+//! request when it is dropped, whether it finished, failed or its client went away.
 //!
 //! Stop tokens, `max_tokens` and the end of the context are the scheduler's to decide; the
 //! engine's events say when and why it ended, and this only relays that. What is left here
-//! needs the text (stop strings) or the clock (the deadline). Each generation has a tracing
-//! span (`request`, with its id and endpoint) that goes with it into the engine, so the
-//! engine's log lines about it are the span's children.
+//! needs the text (stop strings) or the clock (the deadline), and ends the request in the
+//! engine with `EngineHandle::finish`, so that the engine reports every finished request,
+//! once, in the same way; it waits for the engine's answer before releasing the end, so a
+//! client that reads /metrics after its response sees itself counted. Dropping a generation
+//! that has not ended is a client that left: the engine frees the sequence and reports no
+//! finish. The tokens a request generated are counted here, as they are passed on; the engine
+//! reports what this says. Each generation has a tracing span (`request`, with its id and
+//! endpoint) that goes with it into the engine, so the engine's log lines about it are the
+//! span's children.
 
 use crate::error::ApiError;
 use crate::openai_types::Usage;
 use crate::state::{AppState, Ready};
 use crate::stop_strings::{StopMatcher, StopOutcome};
 use crate::validation::ValidatedRequest;
-use braid_engine::{EngineEvent, EngineRequest, FinishReason, Finished};
+use braid_engine::{EngineEvent, EngineHandle, EngineRequest, FinishReason, Finished};
 use braid_model::{LoadedModel, Sampled};
 use braid_text::IncrementalDecoder;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Longest wait for the engine to answer a finish (it reads its channel between steps, so it
+/// answers within a step): a wedged engine cannot hold a request past its deadline for longer.
+const FINISH_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 /// Text released for the client, with the token that produced it; the last chunk of a
 /// generation carries its finish reason.
@@ -55,6 +64,7 @@ enum Outcome {
 pub struct Generation {
     pub id: u64,
     endpoint: &'static str,
+    engine: EngineHandle,
     model: Arc<LoadedModel>,
     /// None once the generation has ended (dropping it cancels the engine's sequence).
     events: Option<UnboundedReceiver<EngineEvent>>,
@@ -65,18 +75,22 @@ pub struct Generation {
     /// The prompt's scores, from the engine, to go with the first chunk.
     prompt_scored: Vec<Sampled>,
     prompt_tokens: usize,
+    /// Tokens passed on to the client: the request's one count of them.
     completion_tokens: usize,
     arrival: Instant,
     deadline: tokio::time::Instant,
     first_token: Option<Instant>,
+    /// From the engine's report, once it has one.
     queue_secs: Option<f64>,
+    cached_tokens: Option<usize>,
     ended: Option<(Instant, Outcome)>,
     deadline_reached: bool,
     span: tracing::Span,
 }
 
 impl Generation {
-    /// Submits `req` to the engine: 429 when its queue is full, 503 when draining.
+    /// Submits `req` to the engine: 429 when its queue is full, 400 when its KV pool could
+    /// never hold it.
     /// `shares_prompt_with`: the generation of another choice of the same prompt, whose KV
     /// blocks this one reuses.
     pub fn start(
@@ -107,6 +121,7 @@ impl Generation {
         Ok(Self {
             id,
             endpoint,
+            engine: ready.engine.clone(),
             model: ready.model.clone(),
             events: Some(rx),
             decoder: IncrementalDecoder::default(),
@@ -119,6 +134,7 @@ impl Generation {
             deadline: tokio::time::Instant::from_std(arrival + state.request_timeout),
             first_token: None,
             queue_secs: None,
+            cached_tokens: None,
             ended: None,
             deadline_reached: false,
             span,
@@ -140,7 +156,11 @@ impl Generation {
         let event = match event {
             Err(_) => {
                 self.deadline_reached = true;
-                return Some(Ok(self.finish(FinishReason::Length, None, String::new())));
+                let chunk = self.finish(FinishReason::Length, None, String::new());
+                if let Some(reason) = chunk.finish {
+                    self.end_in_engine(reason).await;
+                }
+                return Some(Ok(chunk));
             }
             Ok(None) => {
                 return Some(Err(
@@ -155,9 +175,16 @@ impl Generation {
                 self.first_token.get_or_insert_with(Instant::now);
                 let piece = self.decoder.push(&self.model.tokenizer, token.token, true);
                 match (self.stops.push(&piece), finished) {
-                    (StopOutcome::Stopped(text), _) => {
-                        self.events = None;
+                    (StopOutcome::Stopped(text), finished) => {
                         self.ended = Some((Instant::now(), Outcome::Finished(FinishReason::Stop)));
+                        match finished {
+                            // The engine's last token: the engine has reported it already.
+                            Some(finished) => {
+                                self.events = None;
+                                self.note_report(&finished);
+                            }
+                            None => self.end_in_engine(FinishReason::Stop).await,
+                        }
                         Ok(self.chunk(text, Some(token), Some(FinishReason::Stop)))
                     }
                     // The engine's last token: the end comes with it.
@@ -223,19 +250,57 @@ impl Generation {
 
     /// Ends the generation as the engine says it ended.
     fn finish_with(&mut self, finished: Finished, token: Option<Sampled>, text: String) -> Chunk {
-        self.queue_secs = finished.queue_secs;
+        self.events = None;
+        debug_assert_eq!(
+            finished.completion_tokens, self.completion_tokens,
+            "the engine reports the tokens this passed on"
+        );
+        self.note_report(&finished);
         self.finish(finished.reason, token, text)
     }
 
+    /// Takes what the engine's report knows that this does not.
+    fn note_report(&mut self, finished: &Finished) {
+        self.queue_secs = finished.queue_secs;
+        self.cached_tokens = Some(finished.cached_tokens);
+    }
+
+    /// Ends the request in the engine for `reason`, this side's decision (a stop string, the
+    /// deadline), and waits for the engine's answer: by then the request is reported finished.
+    /// Tokens the engine sent meanwhile are not the client's and are dropped. If the engine
+    /// ended the request first, its ending stands (and was reported as it said).
+    async fn end_in_engine(&mut self, reason: FinishReason) {
+        let Some(mut events) = self.events.take() else {
+            return;
+        };
+        self.engine.finish(self.id, reason, self.completion_tokens);
+        let answer = async {
+            loop {
+                match events.recv().await {
+                    Some(EngineEvent::Token { finished: None, .. })
+                    | Some(EngineEvent::PromptScored(_)) => {}
+                    Some(EngineEvent::Done(finished))
+                    | Some(EngineEvent::Token {
+                        finished: Some(finished),
+                        ..
+                    }) => return Some(finished),
+                    Some(EngineEvent::Failed(_)) | None => return None,
+                }
+            }
+        };
+        if let Ok(Some(finished)) = tokio::time::timeout(FINISH_ANSWER_WAIT, answer).await {
+            self.note_report(&finished);
+        }
+    }
+
     /// Ends the generation for `reason`, releasing held text (a stop string may still match
-    /// in the last bytes, which makes the reason "stop").
+    /// in the last bytes, which makes the reason "stop"). The caller lets go of the events.
     fn finish(
         &mut self,
         mut reason: FinishReason,
         token: Option<Sampled>,
         mut text: String,
     ) -> Chunk {
-        self.events = None;
         let tail = self.decoder.finish();
         match self.stops.push(&tail) {
             StopOutcome::Stopped(t) => {
@@ -283,6 +348,7 @@ impl Drop for Generation {
             id = self.id,
             endpoint = self.endpoint,
             prompt_tokens = self.prompt_tokens,
+            cached_tokens = self.cached_tokens,
             completion_tokens = self.completion_tokens,
             queue_ms = self.queue_secs.map(|q| (q * 1e4).round() / 10.0),
             ttft_ms = self.first_token.map(ms),

@@ -1,7 +1,8 @@
 //! Tests of a request's life against a scripted fake engine: the cases a real engine rarely
 //! produces on demand (a failure mid-stream, a stalled sequence hitting the deadline, a
-//! dropped request), that a matched stop string cancels the sequence, and that a request the
-//! KV pool can never hold is refused with a 400 before it reaches the engine.
+//! dropped request), that a matched stop string or the deadline ends the request in the
+//! engine with the tokens passed on, that a client that leaves does not, and that a request
+//! the KV pool can never hold is refused with a 400 before it reaches the engine.
 
 use super::*;
 use crate::app::router;
@@ -10,11 +11,12 @@ use crate::engine_observer::MetricsObserver;
 use crate::metrics::Metrics;
 use crate::validation::Limits;
 use axum::body::Body;
-use braid_engine::{EngineHandle, Submitted};
+use braid_engine::{EngineHandle, EngineMessage, Submitted};
 use braid_model::SamplingParams;
 use braid_sched::SchedulerConfig;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Duration;
 use tower::ServiceExt;
 
@@ -50,32 +52,62 @@ fn token(b: u8) -> EngineEvent {
     }
 }
 
+/// The `finish` calls a fake engine received: (request id, reason, tokens passed on).
+type Finishes = Arc<Mutex<Vec<(u64, FinishReason, usize)>>>;
+
 /// A ready server state whose engine is `script`, run on its own thread for each request.
 fn fake_server(request_timeout_secs: u64, script: fn(EngineRequest)) -> AppState {
-    fake_server_with_pool(request_timeout_secs, 1024, script)
+    fake_server_with_pool(request_timeout_secs, 1024, script).0
 }
 
-/// `fake_server` with a KV pool of `num_blocks` blocks of 16 tokens.
+/// `fake_server` with a KV pool of `num_blocks` blocks of 16 tokens, and the finishes its
+/// engine was told of (each answered with `Done`, as the engine does).
 fn fake_server_with_pool(
     request_timeout_secs: u64,
     num_blocks: usize,
     script: fn(EngineRequest),
-) -> AppState {
+) -> (AppState, Finishes) {
     let mut args = ServeArgs::with_model("tiny.gguf");
     args.request_timeout_secs = request_timeout_secs;
     let metrics = Arc::new(Metrics::new());
     let state = AppState::new(&args, metrics.clone());
-    let (tx, rx) = mpsc::channel::<Submitted>();
+    let (tx, rx) = mpsc::channel::<EngineMessage>();
     let sched = SchedulerConfig {
         num_blocks,
         max_model_len: 512,
         ..SchedulerConfig::default()
     };
     let engine = EngineHandle::new(tx, sched, 8);
+    let finishes = Finishes::default();
+    let told = finishes.clone();
     std::thread::spawn(move || {
-        while let Ok(sub) = rx.recv() {
-            drop(sub.waiting); // scheduled at once
-            std::thread::spawn(move || script(sub.request));
+        let mut channels = HashMap::new();
+        while let Ok(message) = rx.recv() {
+            match message {
+                EngineMessage::Submit(sub) => {
+                    let Submitted { request, waiting } = *sub;
+                    drop(waiting); // scheduled at once
+                                   // Weak: a script that drops its request closes the channel, as the engine does.
+                    channels.insert(request.id, request.events.downgrade());
+                    std::thread::spawn(move || script(request));
+                }
+                EngineMessage::Finish {
+                    id,
+                    reason,
+                    completion_tokens,
+                } => {
+                    told.lock().unwrap().push((id, reason, completion_tokens));
+                    if let Some(events) = channels[&id].upgrade() {
+                        let _ = events.send(EngineEvent::Done(Finished {
+                            reason,
+                            prompt_tokens: 1,
+                            completion_tokens,
+                            cached_tokens: 0,
+                            queue_secs: None,
+                        }));
+                    }
+                }
+            }
         }
     });
     let m = model();
@@ -95,7 +127,7 @@ fn fake_server_with_pool(
         limits,
         created: 0,
     });
-    state
+    (state, finishes)
 }
 
 /// Starts a test generation of `request(max_tokens, stops)`.
@@ -143,7 +175,7 @@ async fn post(state: &AppState, body: serde_json::Value) -> (u16, String) {
 
 #[tokio::test]
 async fn a_stalled_sequence_ends_at_the_deadline_with_length() {
-    let state = fake_server(1, |req| {
+    let (state, finishes) = fake_server_with_pool(1, 1024, |req| {
         let _ = req.events.send(token(b'x'));
         let _ = req.events.send(token(b'y'));
         // Never finishes; holds the channel open until the client gives up.
@@ -153,6 +185,7 @@ async fn a_stalled_sequence_ends_at_the_deadline_with_length() {
     });
     let started = Instant::now();
     let g = start(&state, 100, &[]);
+    let id = g.id;
     let out = g.collect().await.unwrap();
     assert_eq!(
         (out.text.as_str(), out.finish, out.usage.completion_tokens),
@@ -163,16 +196,44 @@ async fn a_stalled_sequence_ends_at_the_deadline_with_length() {
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
+    assert_eq!(
+        *finishes.lock().unwrap(),
+        [(id, FinishReason::Length, 2)],
+        "the engine is told, so it reports the request"
+    );
 }
 
 #[tokio::test]
-async fn a_stop_string_cuts_the_text_and_cancels_the_sequence() {
-    static CANCELLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let state = fake_server(10, |req| {
+async fn a_stop_string_cuts_the_text_and_finishes_the_request_in_the_engine() {
+    let (state, finishes) = fake_server_with_pool(10, 1024, |req| {
         for b in *b"abcdef" {
             let _ = req.events.send(token(b));
         }
-        for _ in 0..500 {
+        // Still running when the finish comes, as a real sequence would be.
+        while !req.events.is_closed() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let g = start(&state, 100, &["cd"]);
+    let id = g.id;
+    let out = g.collect().await.unwrap();
+    assert_eq!(
+        (out.text.as_str(), out.finish, out.usage.completion_tokens),
+        ("ab", FinishReason::Stop, 4)
+    );
+    assert_eq!(
+        *finishes.lock().unwrap(),
+        [(id, FinishReason::Stop, 4)],
+        "told once, with the tokens passed on (not the two sent after them), before the answer"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_is_not_finished_in_the_engine() {
+    static CANCELLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let (state, finishes) = fake_server_with_pool(10, 1024, |req| {
+        let _ = req.events.send(token(b'x'));
+        for _ in 0..2500 {
             if req.events.is_closed() {
                 CANCELLED.store(true, Ordering::Release);
                 return;
@@ -180,14 +241,12 @@ async fn a_stop_string_cuts_the_text_and_cancels_the_sequence() {
             std::thread::sleep(Duration::from_millis(2));
         }
     });
-    let g = start(&state, 100, &["cd"]);
-    let out = g.collect().await.unwrap();
-    assert_eq!(
-        (out.text.as_str(), out.finish, out.usage.completion_tokens),
-        ("ab", FinishReason::Stop, 4)
-    );
-    for _ in 0..500 {
+    let mut g = start(&state, 100, &[]);
+    assert!(g.next().await.unwrap().is_ok());
+    drop(g);
+    for _ in 0..2500 {
         if CANCELLED.load(Ordering::Acquire) {
+            assert!(finishes.lock().unwrap().is_empty());
             return;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -205,6 +264,7 @@ async fn held_text_is_released_when_the_engine_finishes() {
             reason: FinishReason::Stop,
             prompt_tokens: 1,
             completion_tokens: 2,
+            cached_tokens: 0,
             queue_secs: None,
         }));
     });
@@ -254,7 +314,7 @@ async fn an_engine_failure_is_a_500_or_an_sse_error_event() {
 #[tokio::test]
 async fn a_request_larger_than_the_kv_pool_is_a_400_naming_both_sizes() {
     // 4 blocks of 16 tokens: 64 KV positions; 1 prompt token + 100 - 1 needs 100.
-    let state = fake_server_with_pool(10, 4, drop);
+    let (state, _) = fake_server_with_pool(10, 4, drop);
     let (status, body) = post(
         &state,
         serde_json::json!({"prompt": "a", "max_tokens": 100}),

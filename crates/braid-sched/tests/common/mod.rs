@@ -43,7 +43,6 @@ pub fn small_cfg() -> SchedulerConfig {
         num_blocks: 64,
         max_num_seqs: 4,
         max_batched_tokens: 16,
-        max_waiting: 8,
         max_model_len: 256,
         chunked_prefill: true,
         itl_target: None,
