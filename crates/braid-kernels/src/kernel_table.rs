@@ -11,6 +11,7 @@
 
 use crate::kernel_ops::KernelOps;
 use crate::{int4, int5, int8, FloatIsa};
+use std::sync::OnceLock;
 
 /// One row of the table.
 pub(crate) struct KernelRow {
@@ -109,12 +110,18 @@ impl Kernel {
     }
 
     /// Whether this CPU can run the kernel. Miri interprets no vector intrinsics: under it,
-    /// only the portable path exists.
+    /// only the portable path exists. Every matmul and attention call asks, so the CPU's
+    /// features are looked up once per process.
     pub fn is_supported(self) -> bool {
-        if cfg!(miri) {
-            return self == Kernel::Portable;
-        }
-        self.row().ops.is_some() && self.required_features().iter().all(|f| crate::cpu_has(f))
+        static SUPPORTED: OnceLock<[bool; Kernel::ALL.len()]> = OnceLock::new();
+        SUPPORTED.get_or_init(|| {
+            Kernel::ALL.map(|k| {
+                if cfg!(miri) {
+                    return k == Kernel::Portable;
+                }
+                k.row().ops.is_some() && k.required_features().iter().all(|f| crate::cpu_has(f))
+            })
+        })[self as usize]
     }
 
     /// Runs `loops` compiled for this kernel's float instruction set.
