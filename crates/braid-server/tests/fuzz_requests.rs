@@ -14,8 +14,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use braid_model::LoadedModel;
 use braid_server::app::router;
-use braid_server::error::ApiError;
-use braid_server::error::ValidationError;
+use braid_server::error::{ApiError, ValidationError};
 use braid_server::field_bounds::{
     Kind, NumericField, CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, FREQUENCY_PENALTY, LOGIT_BIAS,
     LOGPROBS, MIN_P, N, PRESENCE_PENALTY, PROMPT_LOGPROBS, REPETITION_PENALTY, SAMPLING_FIELDS,
@@ -258,51 +257,48 @@ fn field(name: &'static str, chat: bool) -> BoxedStrategy<Value> {
     prop_oneof![30 => plausible, 1 => Just(Value::Null), 1 => any_json()].boxed()
 }
 
-/// The completions fields a body is made of: those of `field_bounds.rs`, and the others.
-fn completion_fields() -> Vec<&'static str> {
-    let mut fields = vec![
-        "model",
-        "prompt",
-        "max_tokens",
-        "echo",
-        "seed",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "stream",
-        "stream_options",
-    ];
-    fields.extend(
-        SAMPLING_FIELDS
-            .iter()
-            .chain(COMPLETION_ONLY_FIELDS)
-            .map(|f| f.name),
-    );
-    fields
+/// The fields a body is made of: `others`, then the shared sampling fields of
+/// `field_bounds.rs` and the endpoint's own (`only`).
+fn fields(others: &[&'static str], only: &[NumericField]) -> Vec<&'static str> {
+    let numeric = SAMPLING_FIELDS.iter().chain(only).map(|f| f.name);
+    others.iter().copied().chain(numeric).collect()
 }
 
-/// The chat fields a body is made of: those of `field_bounds.rs`, and the others.
+fn completion_fields() -> Vec<&'static str> {
+    fields(
+        &[
+            "model",
+            "prompt",
+            "max_tokens",
+            "echo",
+            "seed",
+            "stop",
+            "stop_token_ids",
+            "ignore_eos",
+            "stream",
+            "stream_options",
+        ],
+        COMPLETION_ONLY_FIELDS,
+    )
+}
+
 fn chat_fields() -> Vec<&'static str> {
-    let mut fields = vec![
-        "model",
-        "messages",
-        "max_tokens",
-        "max_completion_tokens",
-        "logprobs",
-        "seed",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "stream",
-        "stream_options",
-    ];
-    fields.extend(
-        SAMPLING_FIELDS
-            .iter()
-            .chain(CHAT_ONLY_FIELDS)
-            .map(|f| f.name),
-    );
-    fields
+    fields(
+        &[
+            "model",
+            "messages",
+            "max_tokens",
+            "max_completion_tokens",
+            "logprobs",
+            "seed",
+            "stop",
+            "stop_token_ids",
+            "ignore_eos",
+            "stream",
+            "stream_options",
+        ],
+        CHAT_ONLY_FIELDS,
+    )
 }
 
 /// A request body: a random subset of `fields`, each with a generated value, plus (sometimes)
