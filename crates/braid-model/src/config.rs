@@ -217,11 +217,6 @@ impl ModelConfig {
         self.num_kv_heads * self.head_dim
     }
 
-    /// Elements of K and V one token occupies in the cache, all layers together.
-    pub fn kv_floats_per_token(&self) -> usize {
-        self.kv_shape().floats_per_token()
-    }
-
     /// What the KV pool stores per token: every layer's KV heads.
     pub fn kv_shape(&self) -> KvShape {
         KvShape {

@@ -144,11 +144,6 @@ impl Arch {
             Arch::Gemma3 => Architecture::Gemma3,
         }
     }
-
-    /// `general.architecture`.
-    pub fn gguf_arch(self) -> &'static str {
-        self.architecture().name()
-    }
 }
 
 /// The sliding window of the tiny gemma3: shorter than the reference prompt.
@@ -240,7 +235,7 @@ impl TinyModel {
     pub fn arch(arch: Arch, seed: u64) -> candle_core::Result<Self> {
         let shape = match arch {
             Arch::Llama | Arch::Llama3 | Arch::Qwen2 => Shape {
-                arch: arch.gguf_arch(),
+                arch: arch.architecture().name(),
                 hidden: HIDDEN,
                 ffn: 128,
                 heads: 4,
