@@ -10,14 +10,24 @@ observed are the tokens the client was told it got (`usage.completion_tokens`)."
 import json
 import time
 
+import pytest
 import requests
 
-from conftest import complete
+from conftest import Server, complete
 
 SUCCESS = 'braid_request_success_total{finished_reason="%s"}'
 E2E = "braid_e2e_request_latency_seconds_count"
 GENERATED = "braid_request_generation_tokens_count"
 GENERATED_SUM = "braid_request_generation_tokens_sum"
+
+
+@pytest.fixture(scope="module")
+def server():
+    """This module's own server: the session's is shared with other test files, whose requests
+    can still be finishing when a case here reads its counters before and after."""
+    s = Server()
+    yield s
+    assert s.stop() == 0, s.log_text()
 
 
 def counters(server) -> dict[str, float]:
