@@ -61,9 +61,9 @@ enum Command {
     BenchEngine {
         #[command(flatten)]
         model: ModelArgs,
-        /// Prompt length for the prefill measurement.
-        #[arg(long, default_value_t = EngineBenchOptions::default().prompt_tokens)]
-        prompt_tokens: usize,
+        /// Prompt lengths for the prefill measurement, one fresh prompt each.
+        #[arg(long, value_delimiter = ',', default_values_t = EngineBenchOptions::default().prompt_tokens)]
+        prompt_tokens: Vec<usize>,
         /// Sequences decoding together.
         #[arg(long, value_delimiter = ',', default_values_t = EngineBenchOptions::default().batch_sizes)]
         batch: Vec<usize>,

@@ -313,7 +313,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                     continue;
                 }
                 let scores = &mut s.scores[(row * g + head) * part_len..][lo..seen];
-                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let max = max_of(scores);
                 let sum = exp_shifted_in_place(scores, max);
                 partial[..2].copy_from_slice(&[max, sum]);
             }
@@ -475,6 +475,24 @@ unsafe fn widen_into<L: Lanes>(src: &[u16], dst: &mut Vec<f32>) {
         let wide = unsafe { L::widen16(s16.try_into().expect("16 halves")) };
         d16.copy_from_slice(&wide);
     }
+}
+
+/// The largest of `xs` (NaNs ignored, -∞ if empty), taken in 16 lanes so that the compiler
+/// vectorizes it: `f32::max` folded in order stays scalar. The maximum of a set does not
+/// depend on the order it is taken in, so the bits are those of the fold.
+#[inline(always)]
+fn max_of(xs: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(chunk) {
+            *l = if x > *l { x } else { *l };
+        }
+    }
+    for (l, &x) in lanes.iter_mut().zip(chunks.remainder()) {
+        *l = if x > *l { x } else { *l };
+    }
+    lanes.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x))
 }
 
 /// Replaces each `x` with `e^(x - max)` and returns their sum. Written so the compiler
@@ -651,6 +669,19 @@ mod tests {
         (0..q.len())
             .map(|i| values.iter().zip(&w).map(|(v, w)| v[i] * w).sum::<f32>() / total)
             .collect()
+    }
+
+    #[test]
+    fn max_of_is_the_folded_maximum() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for len in [0, 1, 15, 16, 17, 100, 256] {
+            let mut xs: Vec<f32> = (0..len).map(|_| rng.gen_range(-50.0..50.0)).collect();
+            if len > 3 {
+                xs[len / 2] = f32::NAN;
+            }
+            let folded = xs.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            assert_eq!(max_of(&xs).to_bits(), folded.to_bits(), "{len} values");
+        }
     }
 
     #[test]

@@ -1,5 +1,10 @@
-//! The engine alone, without HTTP or scheduler: prefill speed for one long prompt and decode
-//! speed for N sequences stepping together. Shared by `braid bench-engine` and `cargo bench`.
+//! The engine alone, without HTTP or scheduler: prefill speed for one prompt at several lengths
+//! and decode speed for N sequences stepping together. Shared by `braid bench-engine` and
+//! `cargo bench`.
+//!
+//! Prefill is timed at more than one length because a prompt's cost per token grows with its
+//! length (each row attends to every row before it): the curve, not one point, says whether a
+//! long retrieved document or agent history is cheap to read.
 
 use crate::model::{BatchEntry, Workspace};
 use crate::LoadedModel;
@@ -7,7 +12,8 @@ use braid_kernels::KvPool;
 use std::time::Instant;
 
 pub struct EngineBenchOptions {
-    pub prompt_tokens: usize,
+    /// Prompt lengths whose prefill is timed, each as one fresh prompt.
+    pub prompt_tokens: Vec<usize>,
     pub batch_sizes: Vec<usize>,
     pub context: usize,
     pub decode_steps: usize,
@@ -17,7 +23,7 @@ pub struct EngineBenchOptions {
 impl Default for EngineBenchOptions {
     fn default() -> Self {
         Self {
-            prompt_tokens: 512,
+            prompt_tokens: vec![512, 2048, 4096],
             batch_sizes: vec![1, 4, 16, 32],
             context: 128,
             decode_steps: 32,
@@ -31,18 +37,66 @@ pub struct EngineBenchReport {
     pub kernel: &'static str,
     pub threads: usize,
     pub weight_bytes: usize,
+    /// The rate at the first prompt length (the headline figure; 512 tokens by default).
     pub prefill_tokens_per_sec: f64,
     /// The kernel's multiply-add instruction from registers on every thread (GOP/s).
     pub int8_peak_gops: Option<f64>,
     /// Prefill's integer operations per second (two per multiply-add of the layers) over
-    /// `int8_peak_gops`.
+    /// `int8_peak_gops`, at the first prompt length.
     pub prefill_fraction_of_peak: Option<f64>,
+    /// Every prompt length timed, in the order asked.
+    pub prefill: Vec<PrefillPoint>,
     /// (sequences, aggregate tokens/s, step time median ms)
     pub decode: Vec<(usize, f64, f64)>,
     /// (sequences, median ms of the output layer alone for that many rows): the largest matrix
     /// of a small model with a big vocabulary (Gemma 3's 262k tokens), which a step runs only
     /// for the rows it samples.
     pub output_layer: Vec<(usize, f64)>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct PrefillPoint {
+    pub prompt_tokens: usize,
+    /// Median of the repeats.
+    pub tokens_per_sec: f64,
+    /// The layers' share of the int8 peak, as `prefill_fraction_of_peak`. Attention's
+    /// arithmetic is not counted, so a long prompt's share falls as attention grows.
+    pub fraction_of_peak: Option<f64>,
+    /// This length's rate over the first length's: 1.0 would mean a long prompt costs no more
+    /// per token than a short one.
+    pub rate_vs_first: f64,
+}
+
+/// Median tokens/s of `repeats` prefills of one fresh `len`-token prompt.
+fn prefill_rate(
+    m: &LoadedModel,
+    len: usize,
+    repeats: usize,
+    token: impl Fn(usize) -> u32,
+    ws: &mut Workspace,
+) -> crate::Result<f64> {
+    let bs = 16;
+    let prompt: Vec<u32> = (0..len).map(token).collect();
+    let blocks = len.div_ceil(bs);
+    let mut kv = KvPool::new(m.config(), bs, blocks);
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let mut rates = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let t = Instant::now();
+        m.model.forward(
+            &[BatchEntry {
+                tokens: &prompt,
+                start: 0,
+                block_table: &table,
+                sample: true,
+                all_logits: false,
+            }],
+            &mut kv,
+            ws,
+        )?;
+        rates.push(len as f64 / t.elapsed().as_secs_f64());
+    }
+    Ok(median(rates))
 }
 
 /// Median time of the output layer (final norm's output to logits) for `rows` rows.
@@ -79,25 +133,9 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
     let token = |i: usize| 1000 + (i as u32 * 7919) % (vocab - 2000);
     let mut ws = Workspace::default();
 
-    let prompt: Vec<u32> = (0..opts.prompt_tokens).map(token).collect();
-    let blocks = opts.prompt_tokens.div_ceil(bs);
-    let mut kv = KvPool::new(cfg, bs, blocks);
-    let table: Vec<u32> = (0..blocks as u32).collect();
-    let mut prefill = Vec::new();
-    for _ in 0..opts.repeats.max(1) {
-        let t = Instant::now();
-        m.model.forward(
-            &[BatchEntry {
-                tokens: &prompt,
-                start: 0,
-                block_table: &table,
-                sample: true,
-                all_logits: false,
-            }],
-            &mut kv,
-            &mut ws,
-        )?;
-        prefill.push(opts.prompt_tokens as f64 / t.elapsed().as_secs_f64());
+    let mut rates = Vec::new();
+    for &len in &opts.prompt_tokens {
+        rates.push((len, prefill_rate(m, len, opts.repeats, token, &mut ws)?));
     }
 
     let mut decode = Vec::new();
@@ -169,18 +207,27 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         decode.push(((n), (n * opts.decode_steps) as f64 / wall, median(steps)));
         output_layer.push((n, output_layer_ms(m, n, opts.decode_steps)));
     }
-    let prefill_tokens_per_sec = median(prefill);
     let kernel = braid_kernels::active();
     let int8_peak_gops = braid_kernels::int8_peak::int8_peak_gops(kernel, 20_000_000);
-    let prefill_gops =
-        prefill_tokens_per_sec * 2.0 * m.model.weights.layer_multiply_adds() as f64 / 1e9;
+    let layer_ops = 2.0 * m.model.weights.layer_multiply_adds() as f64;
+    let first = rates.first().map_or(0.0, |&(_, rate)| rate);
+    let prefill: Vec<PrefillPoint> = rates
+        .iter()
+        .map(|&(prompt_tokens, tokens_per_sec)| PrefillPoint {
+            prompt_tokens,
+            tokens_per_sec,
+            fraction_of_peak: int8_peak_gops.map(|peak| tokens_per_sec * layer_ops / 1e9 / peak),
+            rate_vs_first: tokens_per_sec / first,
+        })
+        .collect();
     Ok(EngineBenchReport {
         kernel: kernel.name(),
         threads: rayon::current_num_threads(),
         weight_bytes: m.model.weights.size_in_bytes(),
-        prefill_tokens_per_sec,
+        prefill_tokens_per_sec: first,
         int8_peak_gops,
-        prefill_fraction_of_peak: int8_peak_gops.map(|peak| prefill_gops / peak),
+        prefill_fraction_of_peak: prefill.first().and_then(|p| p.fraction_of_peak),
+        prefill,
         decode,
         output_layer,
     })
@@ -195,22 +242,35 @@ impl std::fmt::Display for EngineBenchReport {
             self.threads,
             self.weight_bytes as f64 / 1e6
         )?;
-        writeln!(
-            f,
-            "prefill (one prompt)        {:8.1} tokens/s",
-            self.prefill_tokens_per_sec
-        )?;
-        if let (Some(peak), Some(fraction)) = (self.int8_peak_gops, self.prefill_fraction_of_peak) {
+        for p in &self.prefill {
+            write!(
+                f,
+                "prefill {:>5}-token prompt {:8.1} tokens/s",
+                p.prompt_tokens, p.tokens_per_sec
+            )?;
+            if let Some(fraction) = p.fraction_of_peak {
+                write!(f, "   layers at {:4.1}% of peak", 100.0 * fraction)?;
+            }
+            if !std::ptr::eq(p, &self.prefill[0]) {
+                write!(
+                    f,
+                    "   {:.2}× the {}-token rate",
+                    p.rate_vs_first, self.prefill[0].prompt_tokens
+                )?;
+            }
+            writeln!(f)?;
+        }
+        if let Some(peak) = self.int8_peak_gops {
             writeln!(
                 f,
-                "                            {:8.1}% of the {peak:.0} GOP/s int8 peak ({} from registers)",
-                100.0 * fraction, self.kernel
+                "int8 peak {peak:.0} GOP/s ({} multiply-adds from registers, every thread)",
+                self.kernel
             )?;
         }
         for ((n, rate, step), (_, output)) in self.decode.iter().zip(&self.output_layer) {
             writeln!(
                 f,
-                "decode {n:>2} sequences        {rate:8.1} tokens/s   step p50 {step:6.2} ms   \
+                "decode {n:>2} sequences          {rate:8.1} tokens/s   step p50 {step:6.2} ms   \
                  output layer {output:5.2} ms ({:.0}%)",
                 100.0 * output / step
             )?;
