@@ -675,7 +675,7 @@ mod tests {
     fn max_of_is_the_folded_maximum() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         for len in [0, 1, 15, 16, 17, 100, 256] {
-            let mut xs: Vec<f32> = (0..len).map(|_| rng.gen_range(-50.0..50.0)).collect();
+            let mut xs: Vec<f32> = (0..len).map(|_| rng.random_range(-50.0..50.0)).collect();
             if len > 3 {
                 xs[len / 2] = f32::NAN;
             }
