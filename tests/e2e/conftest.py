@@ -92,6 +92,16 @@ class Server:
                 out[m.group(1)] = float(m.group(2))
         return out
 
+    def wait_idle(self, what: str, timeout: float = 60.0):
+        """Waits until no request runs or waits; fails saying `what` is still held."""
+        deadline = time.time() + timeout
+        while True:
+            m = self.metrics()
+            if m["braid_num_requests_running"] == 0 and m["braid_num_requests_waiting"] == 0:
+                return
+            assert time.time() < deadline, f"{what} still held after {timeout:.0f} s"
+            time.sleep(0.05)
+
     def stop(self, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -126,6 +126,8 @@ BAD = [
     ("logit_bias key not an id", 400, "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"hello": 5}}, None, True),
     ("logit_bias past 100", 400, "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"5": 1000}}, None, True),
     ("logit_bias id past the vocabulary", 400, "POST", "/v1/completions", {"prompt": "a", "logit_bias": {"10000000": 1}}, None, True),
+    ("301 logit_bias entries", 400, "POST", "/v1/completions", {"prompt": "a", "logit_bias": {str(i): 1 for i in range(301)}}, None, True),
+    ("120,000 stop_token_ids", 400, "POST", "/v1/completions", {"prompt": "a", "stop_token_ids": list(range(120_000))}, None, True),
     ("tokenize with a generation field", 400, "POST", "/tokenize", {"prompt": "a", "temperature": 0}, None, True),
     # Structured outputs: each grammar is compiled, within a size bound and llguidance's limits,
     # before it is queued.
@@ -182,6 +184,7 @@ ACCEPTED = [
     ("prompt of only special token ids", {"prompt": [1, 2, 0], "max_tokens": 3}),
     ("NUL, RTL and emoji in the prompt", {"prompt": "a\u0000b\u202e\U0001F600\u200d", "max_tokens": 3}),
     ("a logit_bias on every sampled token", {"prompt": "a", "max_tokens": 3, "logit_bias": {str(i): -100 for i in range(300)}}),
+    ("300 stop_token_ids", {"prompt": "a", "max_tokens": 3, "stop_token_ids": list(range(1000, 1300))}),
     ("a regex built to backtrack", {"prompt": "a", "max_tokens": 8, "guided_regex": "(a+)+$"}),
     ("a regex repeated a million times", {"prompt": "a", "max_tokens": 8, "guided_regex": "(a{1000}){1000}"}),
     # Once aborted the server: llguidance recursed once per rule past a worker's stack.
@@ -298,3 +301,17 @@ def test_malformed_http_is_answered_or_closed_never_crashes(hardened):
         assert answer == b"" or status.startswith(b"4"), answer[:200]
     assert requests.get(s.url + "/health", timeout=10).status_code == 200
     assert greedy(s.url)
+
+
+@pytest.mark.parametrize("field,body", [
+    ("logit_bias", {"prompt": "a", "logit_bias": {str(i): 1 for i in range(301)}}),
+    ("stop_token_ids", {"prompt": "a", "stop_token_ids": list(range(120_000))}),
+])
+def test_long_lists_are_refused_by_name(hardened, field, body):
+    """Each entry of these lists costs work on every sampled token, so their length is bounded
+    (OpenAI's 300 for `logit_bias`); the refusal names the field, the count and the bound."""
+    r = send(hardened.url, "POST", "/v1/completions", body, None, True)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == field, err
+    assert f"holds {len(body[field])} " in err["message"] and "at most 300" in err["message"], err

@@ -206,6 +206,7 @@ impl Engine {
             max_tokens,
             score_prompt,
             shares_prompt_with,
+            first_of_request,
             params,
             constraint,
             stop_token_ids,
@@ -227,6 +228,9 @@ impl Engine {
         }
         if let Some(leader) = shares_prompt_with {
             self.sched.share_prompt(id, leader);
+        }
+        if let Some(first) = first_of_request {
+            self.sched.same_request(id, first);
         }
         self.observer
             .request(id, &RequestEvent::Queued { prompt_tokens });

@@ -187,6 +187,7 @@ mod tests {
             max_tokens: 4,
             score_prompt: None,
             shares_prompt_with: None,
+            first_of_request: None,
             params: SamplingParams::greedy(),
             constraint: None,
             stop_token_ids: vec![],

@@ -26,6 +26,9 @@ pub struct EngineRequest {
     /// An earlier request for another choice of the same prompt (`n` > 1): this one waits
     /// until that one has read the prompt, then shares its KV blocks through the prefix cache.
     pub shares_prompt_with: Option<u64>,
+    /// The request's first sequence, when this is another of its prompts or choices: prompt
+    /// reading is shared fairly among requests, not sequences.
+    pub first_of_request: Option<u64>,
     pub params: SamplingParams,
     /// A structured output's grammar, which every sampled token follows.
     pub constraint: Option<TokenConstraint>,

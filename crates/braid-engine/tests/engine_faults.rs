@@ -72,6 +72,7 @@ fn request(
         max_tokens,
         score_prompt: None,
         shares_prompt_with: None,
+        first_of_request: None,
         params: SamplingParams::greedy(),
         constraint: None,
         stop_token_ids,

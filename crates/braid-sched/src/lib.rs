@@ -34,6 +34,7 @@ pub mod config;
 pub mod cost_model;
 pub mod planner;
 pub mod prefix_cache;
+pub mod prompt_shares;
 pub mod sequence;
 pub mod step_headroom;
 pub mod step_plan;

@@ -9,9 +9,13 @@
 //!    its blocks go back to the pool, it returns to the *front* of the queue and its prompt
 //!    plus generated tokens are recomputed later. Youngest-first keeps the oldest streams
 //!    moving, and recomputation loses nothing.
-//! 2. **Prompts already in progress** (admission order; this includes preempted sequences
-//!    being recomputed), then **new prompts in arrival order** (strict FIFO: if the head of
-//!    the queue cannot be admitted, nobody behind it is).
+//! 2. **Prompts, the request read least first** (`prompt_shares.rs`): a request that has had
+//!    fewer of its prompt tokens read goes before one that has had more, so a short request
+//!    that arrives while a long one is read is read in the next step, and a request of many
+//!    prompts counts as one. Ties keep prompts in progress (in admission order) before
+//!    queued ones. Sequences preempted earlier go first of all: they had their turn and lost
+//!    it only to memory. Queued sequences keep their relative order otherwise, and if one
+//!    cannot be admitted, nobody queued behind it is.
 //!
 //! Prompt slices share what is left of `max_batched_tokens` after the decodes. When a
 //! latency target is set and somebody decodes, each slice is also cut to the longest one
@@ -22,7 +26,7 @@
 //! get the whole token cap.
 //!
 //! **Starvation.** A target can be so tight that no slice worth its overhead fits next to the
-//! decodes. So the first prompt in planning order whose arrival is older than
+//! decodes. So the prompt that arrived first among those waiting longer than
 //! `starvation_after` is guaranteed a slice anyway (within the token cap and the free KV
 //! blocks) when the target leaves it less than `min_prefill_chunk`: as much as fits under the
 //! target, at least one token; or `min_prefill_chunk` tokens when the decodes alone already
@@ -33,7 +37,7 @@
 //! decoders' ITL p99 over the tolerance: `braid bench interference`, the 2026-12-04 runs in
 //! docs/benchmarks/HISTORY.md). One such
 //! prompt per step, which still guarantees everyone progress, because once that prompt is read
-//! the next starving one is first. New prompts are admitted whenever a running slot and blocks are free, and
+//! the next starving one is the oldest (a closed queue does not hold it back). New prompts are admitted whenever a running slot and blocks are free, and
 //! running sequences end (every sequence has a token limit), so the queue always drains.
 //!
 //! **Without chunked prefill** a prompt is read whole or not at all. It runs when it fits
@@ -63,6 +67,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::block_allocator::BlockAllocator;
 use crate::cost_model::{CostModel, StepFeatures};
 use crate::prefix_cache::{BlockHasher, PrefixCacheStats};
+use crate::prompt_shares::PromptShares;
 use crate::sequence::{FinishedSeq, SeqId, SeqState, Sequence, StopConditions};
 use crate::step_headroom::StepHeadroom;
 
@@ -84,6 +89,7 @@ pub struct Scheduler {
     hasher: BlockHasher,
     prefix_stats: PrefixCacheStats,
     headroom: StepHeadroom,
+    shares: PromptShares,
 }
 
 /// Running totals while one step is assembled.
@@ -94,6 +100,8 @@ struct StepBudget {
     target_secs: Option<f64>,
     /// The starvation guarantee has not been handed out yet in this step.
     guarantee_left: bool,
+    /// The prompt the guarantee is for: the oldest starving one.
+    starving: Option<SeqId>,
 }
 
 impl Scheduler {
@@ -124,6 +132,7 @@ impl Scheduler {
             hasher: BlockHasher::new(),
             prefix_stats: PrefixCacheStats::default(),
             headroom: StepHeadroom::default(),
+            shares: PromptShares::default(),
         }
     }
 
@@ -144,7 +153,21 @@ impl Scheduler {
             stop.max_new_tokens
         );
         self.seqs.insert(id, Sequence::new(id, prompt, stop, now));
+        self.shares.add(id);
         self.waiting.push_back(id);
+    }
+
+    /// Makes waiting sequence `id` part of the same request as `first` (another prompt or
+    /// choice of one request), whose prompt reading is shared with the others' as one
+    /// request's (`prompt_shares.rs`).
+    pub fn same_request(&mut self, id: SeqId, first: SeqId) {
+        if self
+            .seqs
+            .get(&id)
+            .is_some_and(|s| s.state == SeqState::Waiting)
+        {
+            self.shares.join(id, first);
+        }
     }
 
     /// Makes waiting sequence `id` one whose prompt is scored (`echo` with `logprobs`): each of
@@ -189,6 +212,7 @@ impl Scheduler {
     /// `Cancelled`) and its blocks already freed.
     fn remove(&mut self, id: SeqId, state: SeqState) -> Option<Sequence> {
         let mut seq = self.seqs.remove(&id)?;
+        self.shares.leave(id);
         self.allocator.free_table(&seq.block_table);
         seq.block_table.clear();
         seq.num_cached_blocks = 0;
@@ -218,73 +242,42 @@ impl Scheduler {
                 .filter(|_| decodes > 0)
                 .map(|t| t.as_secs_f64() * self.headroom.share()),
             guarantee_left: true,
+            starving: self.oldest_starving(now),
         };
 
-        let in_progress: Vec<SeqId> = self
+        // Running prompts and queued sequences, least-read request first; ties keep running
+        // prompts before queued ones, each in its own order.
+        let mut candidates: Vec<(usize, bool, usize, SeqId)> = self
             .running
             .iter()
-            .copied()
-            .filter(|id| self.seqs[id].state == SeqState::Prefilling)
+            .enumerate()
+            .filter(|(_, id)| self.seqs[id].state == SeqState::Prefilling)
+            .map(|(i, &id)| (self.shares.served(id), false, i, id))
+            .chain(self.waiting.iter().enumerate().map(|(i, &id)| {
+                // A sequence being recomputed after preemption lost a place it had: it keeps
+                // its place at the front.
+                let preempted = self.seqs[&id].state == SeqState::Preempted;
+                let served = if preempted { 0 } else { self.shares.served(id) };
+                (served, true, i, id)
+            }))
             .collect();
-        for id in in_progress {
-            if self.seqs[&id].state != SeqState::Prefilling || !self.seqs[&id].can_generate() {
-                continue; // preempted earlier in this pass, or nothing left to do
-            }
+        candidates.sort();
+        // Once a queued sequence cannot be admitted, no queued one behind it is.
+        let mut queue_open = true;
+        for (_, queued, _, id) in candidates {
             if budget.used_tokens >= self.cfg.max_batched_tokens {
                 break;
             }
-            let want = self.slice_len(id, &budget, now);
-            if want.len == 0 {
-                continue;
-            }
-            let min_len = if self.cfg.chunked_prefill {
-                1
-            } else {
-                want.len
-            };
-            while self.block_limit(id) < min_len {
-                if !self.preempt_younger_unscheduled(id, &mut plan) {
-                    break;
+            if queued {
+                // The starving prompt is never held back by a closed queue: nobody else could
+                // give it the guarantee.
+                let open = queue_open || budget.starving == Some(id);
+                if open && !self.admit(id, now, &mut budget, &mut plan) {
+                    queue_open = false;
                 }
-            }
-            let len = want.len.min(self.block_limit(id));
-            if len >= min_len {
-                self.schedule_slice(id, len, want.starving, now, &mut budget, &mut plan);
-            }
-        }
-
-        let mut idx = 0;
-        while let Some(&id) = self.waiting.get(idx) {
-            if self.running.len() >= self.cfg.max_num_seqs
-                || budget.used_tokens >= self.cfg.max_batched_tokens
-                || plan.preempted.contains(&id)
-            {
-                break;
-            }
-            if !self.seqs[&id].can_generate() || self.waits_for_shared_prompt(id) {
-                // Preempted after a sample never committed, or held for its prompt's other
-                // choice: either way it blocks nobody.
-                idx += 1;
-                continue;
-            }
-            let (reused, copy) = self.reuse_cached_prefix(id);
-            let want = self.slice_len(id, &budget, now);
-            let min_len = if self.cfg.chunked_prefill {
-                1
             } else {
-                want.len
-            };
-            let len = want.len.min(self.block_limit(id));
-            if want.len == 0 || len < min_len {
-                self.return_cached_prefix(id);
-                break; // FIFO: nobody overtakes the head of the queue
+                self.continue_prompt(id, now, &mut budget, &mut plan);
             }
-            self.count_prefix_lookup(id, reused, &mut plan);
-            plan.block_copies.extend(copy);
-            self.waiting.remove(idx);
-            self.running.push(id);
-            self.seqs.get_mut(&id).expect("waiting id is live").state = SeqState::Prefilling;
-            self.schedule_slice(id, len, want.starving, now, &mut budget, &mut plan);
         }
 
         if !plan.is_empty() {
@@ -292,6 +285,100 @@ impl Scheduler {
             plan.planned_to_secs = budget.target_secs;
         }
         plan
+    }
+
+    /// The prompt the starvation guarantee goes to: of the prompts waiting longer than
+    /// `starvation_after` (in progress or queued), the one that arrived first. By arrival, not
+    /// by the fair order, so that a stream of new requests, each starving in turn, cannot
+    /// keep it from an old one forever.
+    fn oldest_starving(&self, now: f64) -> Option<SeqId> {
+        let after = self.cfg.starvation_after.as_secs_f64();
+        self.running
+            .iter()
+            .filter(|id| self.seqs[id].state == SeqState::Prefilling)
+            .chain(
+                self.waiting
+                    .iter()
+                    .filter(|&&id| !self.waits_for_shared_prompt(id)),
+            )
+            .map(|id| &self.seqs[id])
+            .filter(|seq| seq.can_generate() && seq.age(now) >= after)
+            .min_by(|a, b| a.arrival.total_cmp(&b.arrival))
+            .map(|seq| seq.id)
+    }
+
+    /// Step 2 for a prompt in progress: its next slice, preempting younger sequences that are
+    /// not in the step when its blocks run out.
+    fn continue_prompt(
+        &mut self,
+        id: SeqId,
+        now: f64,
+        budget: &mut StepBudget,
+        plan: &mut StepPlan,
+    ) {
+        if self.seqs[&id].state != SeqState::Prefilling || !self.seqs[&id].can_generate() {
+            return; // preempted earlier in this pass, or nothing left to do
+        }
+        let want = self.slice_len(id, budget);
+        if want.len == 0 {
+            return;
+        }
+        let min_len = if self.cfg.chunked_prefill {
+            1
+        } else {
+            want.len
+        };
+        while self.block_limit(id) < min_len {
+            if !self.preempt_younger_unscheduled(id, plan) {
+                break;
+            }
+        }
+        let len = want.len.min(self.block_limit(id));
+        if len >= min_len {
+            self.schedule_slice(id, len, want.starving, now, budget, plan);
+        }
+    }
+
+    /// Step 2 for a queued sequence: admits it with its first slice. `false` when it cannot
+    /// be admitted (no running slot, no blocks, no budget), which closes the queue for this
+    /// step; a sequence that waits for its prompt's other choice, or was preempted in this
+    /// step, is passed over without closing it.
+    fn admit(&mut self, id: SeqId, now: f64, budget: &mut StepBudget, plan: &mut StepPlan) -> bool {
+        if plan.preempted.contains(&id) {
+            return false;
+        }
+        if self.running.len() >= self.cfg.max_num_seqs {
+            return false;
+        }
+        if !self.seqs[&id].can_generate() || self.waits_for_shared_prompt(id) {
+            // Preempted after a sample never committed, or held for its prompt's other
+            // choice: either way it blocks nobody.
+            return true;
+        }
+        let (reused, copy) = self.reuse_cached_prefix(id);
+        let want = self.slice_len(id, budget);
+        let min_len = if self.cfg.chunked_prefill {
+            1
+        } else {
+            want.len
+        };
+        let len = want.len.min(self.block_limit(id));
+        if want.len == 0 || len < min_len {
+            self.return_cached_prefix(id);
+            return false;
+        }
+        self.count_prefix_lookup(id, reused, plan);
+        plan.block_copies.extend(copy);
+        let pos = self
+            .waiting
+            .iter()
+            .position(|&w| w == id)
+            .expect("queued id");
+        self.waiting.remove(pos);
+        self.running.push(id);
+        self.seqs.get_mut(&id).expect("waiting id is live").state = SeqState::Prefilling;
+        self.schedule_slice(id, len, want.starving, now, budget, plan);
+        true
     }
 
     /// Step 1: one token for every decoding sequence, preempting the youngest when blocks
@@ -331,7 +418,7 @@ impl Scheduler {
     }
 
     /// How long a prompt slice `id` should get in this step, ignoring KV blocks.
-    fn slice_len(&self, id: SeqId, b: &StepBudget, now: f64) -> Slice {
+    fn slice_len(&self, id: SeqId, b: &StepBudget) -> Slice {
         let seq = &self.seqs[&id];
         let start = seq.num_computed;
         let remaining = seq.num_uncomputed();
@@ -340,7 +427,7 @@ impl Scheduler {
             Some(t) => self.cost.max_chunk_len(b.features, start, t, cap_left),
             None => cap_left,
         };
-        let starving = b.guarantee_left && seq.age(now) >= self.cfg.starvation_after.as_secs_f64();
+        let starving = b.guarantee_left && b.starving == Some(id);
         let budget = cap_left.min(target_limit);
         if !self.cfg.chunked_prefill {
             // A prompt that cannot fit runs only as the step's only prompt.
@@ -421,6 +508,7 @@ impl Scheduler {
             is_decode: false,
             all_logits: seq.score_prompt,
         });
+        self.shares.read(id, len);
         budget.used_tokens += len;
         budget.features.add_chunk(start, len, false);
         if starving {

@@ -6,17 +6,24 @@ use crate::sequence::{SeqId, SeqState};
 use std::collections::HashMap;
 
 impl Scheduler {
-    /// Checks the bookkeeping: every sequence is in exactly one list in a matching state,
-    /// block tables cover what is computed and account for exactly the used blocks, a block
-    /// is shared only if it is cached, full and computed in every table holding it (with a
-    /// reference per holder) and registered under that table's own hash for it. For tests
-    /// and debug assertions; O(blocks).
+    /// Checks the bookkeeping: every sequence is in exactly one list in a matching state, no
+    /// request group outlives its sequences, block tables cover what is computed and account
+    /// for exactly the used blocks, a block is shared only if it is cached, full and computed
+    /// in every table holding it (with a reference per holder) and registered under that
+    /// table's own hash for it. For tests and debug assertions; O(blocks).
     pub fn check_invariants(&self) -> Result<(), String> {
         if self.running.len() + self.waiting.len() != self.seqs.len() {
             return Err("a sequence is in no list or in two".into());
         }
         if self.running.len() > self.cfg.max_num_seqs {
             return Err(format!("{} running > max_num_seqs", self.running.len()));
+        }
+        if self.shares.num_groups() > self.seqs.len() {
+            return Err(format!(
+                "{} request groups for {} sequences: a group outlived its requests",
+                self.shares.num_groups(),
+                self.seqs.len()
+            ));
         }
         let mut holders: HashMap<crate::BlockId, Vec<SeqId>> = HashMap::new();
         for &id in &self.running {

@@ -58,7 +58,7 @@ fn chunks_respect_token_cap_and_seq_limit() {
 }
 
 #[test]
-fn prompts_in_progress_go_before_new_ones() {
+fn the_request_read_least_reads_first() {
     let mut s = sched(small_cfg());
     s.add(1, prompt(1, 2), 50, 0.0);
     step(&mut s, 0.0); // 1 decodes from now on
@@ -68,18 +68,55 @@ fn prompts_in_progress_go_before_new_ones() {
     s.add(3, prompt(3, 2), 5, 0.2);
     let (p, _) = step(&mut s, 0.2);
     assert_eq!(
-        p.chunk(2).unwrap().len,
-        15,
-        "the prompt in progress takes the budget"
-    );
-    assert!(p.chunk(3).is_none(), "the new prompt waits");
-    let (p, _) = step(&mut s, 0.3);
-    assert_eq!(p.chunk(2).unwrap().len, 10, "the rest of prompt 2 ...");
-    assert_eq!(
         p.chunk(3).unwrap().len,
         2,
-        "... then the new one, in the same step"
+        "the new prompt, read least, goes first"
     );
+    assert_eq!(
+        p.chunk(2).unwrap().len,
+        13,
+        "the prompt in progress takes what is left"
+    );
+}
+
+#[test]
+fn a_request_of_many_prompts_does_not_hold_back_a_later_one() {
+    let mut cfg = small_cfg();
+    cfg.max_num_seqs = 8;
+    let mut s = sched(cfg);
+    for id in 1..=4 {
+        s.add(id, prompt(id, 40), 2, 0.0);
+        if id > 1 {
+            s.same_request(id, 1);
+        }
+    }
+    let (p, _) = step(&mut s, 0.0);
+    assert_eq!(p.chunk(1).unwrap().len, 16, "the request's first prompt");
+    s.add(9, prompt(9, 5), 2, 0.1);
+    let (p, _) = step(&mut s, 0.1);
+    assert_eq!(
+        p.chunk(9).unwrap().len,
+        5,
+        "the later request is read first"
+    );
+    assert_eq!(
+        p.chunk(1).unwrap().len,
+        11,
+        "then the big request, in its own order"
+    );
+    assert!(p.chunk(2).is_none());
+    // Alone, each of the four prompts would have been a request that had read nothing.
+    let mut s = sched(SchedulerConfig {
+        max_num_seqs: 8,
+        ..small_cfg()
+    });
+    for id in 1..=4 {
+        s.add(id, prompt(id, 40), 2, 0.0);
+    }
+    step(&mut s, 0.0);
+    s.add(9, prompt(9, 5), 2, 0.1);
+    let (p, _) = step(&mut s, 0.1);
+    assert!(p.chunk(9).is_none(), "behind the three unread prompts");
 }
 
 #[test]

@@ -123,6 +123,18 @@ pub struct ServeArgs {
     #[arg(long)]
     pub max_prompt_tokens: Option<usize>,
 
+    /// Most tokens of work one request may ask for: its prompts' tokens for every choice plus
+    /// `max_tokens` for every choice (a prompt array of 64 long prompts is minutes of engine
+    /// time); more: 400 `request_too_large`.
+    #[arg(long, default_value_t = 131_072)]
+    pub max_request_tokens: usize,
+
+    /// Seconds a connection may go without being able to write to its client (a stream whose
+    /// client stopped reading); then it is closed and its request cancelled, which frees the
+    /// request's sequence and KV blocks.
+    #[arg(long, default_value_t = 30)]
+    pub write_timeout_secs: u64,
+
     /// Most open client connections. Past it, a new connection gets a 503 (with Retry-After)
     /// and is closed; past twice it, a new connection is closed without an answer.
     #[arg(long, default_value_t = 512)]
@@ -238,6 +250,8 @@ impl ServeArgs {
                 self.header_read_timeout_secs as usize,
             ),
             ("--max-connections", self.max_connections),
+            ("--max-request-tokens", self.max_request_tokens),
+            ("--write-timeout-secs", self.write_timeout_secs as usize),
         ];
         for (flag, value) in positive {
             if value == 0 {

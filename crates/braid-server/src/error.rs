@@ -205,8 +205,13 @@ pub enum ValidationError {
         id: i64,
         vocab: usize,
     },
-    #[error("`stop` holds {count} strings; at most {max} are allowed")]
-    TooManyStops { count: usize, max: usize },
+    #[error("`{field}` holds {count} {what}; at most {max} are allowed")]
+    TooMany {
+        field: &'static str,
+        what: &'static str,
+        count: usize,
+        max: usize,
+    },
     #[error("`stop` string {index} is {len} bytes long; at most {max} are allowed")]
     StopTooLong {
         index: usize,
@@ -237,6 +242,15 @@ pub enum ValidationError {
         field: &'static str,
         prompt: usize,
         max: usize,
+    },
+    #[error("this request is {total} tokens of work ({prompt_tokens} prompt tokens over its {choices} choices, plus max_tokens {max_tokens} for each); this server accepts at most {budget} per request (--max-request-tokens): send fewer or shorter prompts, fewer choices or a lower max_tokens")]
+    RequestTooLarge {
+        field: &'static str,
+        total: usize,
+        prompt_tokens: usize,
+        max_tokens: usize,
+        choices: usize,
+        budget: usize,
     },
 }
 
@@ -275,15 +289,15 @@ impl ValidationError {
             | ValidationError::TokenOutOfVocab { field, .. }
             | ValidationError::ContextOverflow { field, .. }
             | ValidationError::PromptTooLong { field, .. }
+            | ValidationError::RequestTooLarge { field, .. }
             | ValidationError::ExactlyOne { first: field, .. }
             | ValidationError::TwoConstraints { second: field, .. }
             | ValidationError::Grammar { field, .. } => Some(field),
             ValidationError::TooManyChoices { .. }
             | ValidationError::PromptFillsContext { .. }
             | ValidationError::Tokenize(_) => Some("prompt"),
-            ValidationError::TooManyStops { .. } | ValidationError::StopTooLong { .. } => {
-                Some("stop")
-            }
+            ValidationError::TooMany { field, .. } => Some(field),
+            ValidationError::StopTooLong { .. } => Some("stop"),
             ValidationError::InvalidTool { param, .. } => Some(param),
             ValidationError::InvalidMessage { .. }
             | ValidationError::Template(_)
@@ -298,6 +312,7 @@ impl ValidationError {
             ValidationError::ContextOverflow { .. }
             | ValidationError::PromptFillsContext { .. } => Some("context_length_exceeded"),
             ValidationError::PromptTooLong { .. } => Some("prompt_too_long"),
+            ValidationError::RequestTooLarge { .. } => Some("too_many_request_tokens"),
             ValidationError::NoChatTemplate => Some("no_chat_template"),
             _ => None,
         }

@@ -92,7 +92,8 @@ impl Generation {
     /// Submits `req` to the engine: 429 when its queue is full, 400 when its KV pool could
     /// never hold it.
     /// `shares_prompt_with`: the generation of another choice of the same prompt, whose KV
-    /// blocks this one reuses.
+    /// blocks this one reuses. `first_of_request`: the request's first generation, when this
+    /// is another of its prompts or choices.
     pub fn start(
         state: &AppState,
         ready: &Ready,
@@ -100,6 +101,7 @@ impl Generation {
         arrival: Instant,
         endpoint: &'static str,
         shares_prompt_with: Option<u64>,
+        first_of_request: Option<u64>,
     ) -> Result<Self, ApiError> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let id = ready.engine.next_request_id();
@@ -111,6 +113,7 @@ impl Generation {
             max_tokens: req.max_tokens,
             score_prompt: req.score_prompt,
             shares_prompt_with,
+            first_of_request,
             params: req.params,
             constraint: req.constraint,
             stop_token_ids: req.stop_token_ids,

@@ -119,6 +119,7 @@ fn fake_server_with_pool(
         max_stop_strings: 4,
         max_stop_string_len: 64,
         max_prompt_tokens: 512,
+        max_request_tokens: 100_000,
     };
     state.set_ready(Ready {
         model: m,
@@ -134,7 +135,7 @@ fn fake_server_with_pool(
 fn start(state: &AppState, max_tokens: usize, stops: &[&str]) -> Generation {
     let ready = state.get_ready().unwrap();
     let req = request(max_tokens, stops);
-    Generation::start(state, ready, req, Instant::now(), "test", None).unwrap()
+    Generation::start(state, ready, req, Instant::now(), "test", None, None).unwrap()
 }
 
 fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {

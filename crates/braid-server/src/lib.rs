@@ -26,6 +26,7 @@ pub mod state;
 pub mod stop_strings;
 pub mod tools;
 pub mod validation;
+pub mod write_timeout;
 
 pub use args::ServeArgs;
 /// The engine, under the name the server's modules use for it.

@@ -15,6 +15,7 @@ use crate::connections::{self, Admission, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::state::{AppState, Ready};
 use crate::validation::Limits;
+use crate::write_timeout::WriteTimeout;
 use anyhow::Context;
 use axum::Router;
 use braid_model::LoadedModel;
@@ -174,7 +175,14 @@ async fn run(
     let (stop_accepting, stop_rx) = watch::channel(false);
     let addr = listener.local_addr()?;
     let limit = ConnectionLimit::new(args.max_connections);
-    let accept = tokio::spawn(accept_loop(listener, app, read_timeout, limit, stop_rx));
+    let write_timeout = Duration::from_secs(args.write_timeout_secs);
+    let accept = tokio::spawn(accept_loop(
+        listener,
+        app,
+        (read_timeout, write_timeout),
+        limit,
+        stop_rx,
+    ));
     let result = lifecycle(&args, chat_template, &state, shutdown, addr).await;
     let _ = stop_accepting.send(true);
     let _ = accept.await;
@@ -235,6 +243,7 @@ async fn lifecycle(
         max_stop_strings: args.max_stop_strings,
         max_stop_string_len: args.max_stop_string_len,
         max_prompt_tokens: args.max_prompt_tokens.unwrap_or(context).min(context),
+        max_request_tokens: args.max_request_tokens,
     };
     let ready = Ready::start(
         model,
@@ -279,11 +288,12 @@ async fn lifecycle(
 }
 
 /// Accepts connections until `stop`, then gives open ones `CONNECTION_GRACE` to finish.
-/// Past `--max-connections`, new connections are refused (see `connections`).
+/// Past `--max-connections`, new connections are refused (see `connections`). A connection
+/// that cannot write for `write_timeout` is closed (see `write_timeout`).
 async fn accept_loop(
     listener: TcpListener,
     app: Router,
-    read_timeout: Duration,
+    (read_timeout, write_timeout): (Duration, Duration),
     limit: ConnectionLimit,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -314,7 +324,8 @@ async fn accept_loop(
             Admission::Close => continue,
         };
         let _ = tcp.set_nodelay(true);
-        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+        let io = TokioIo::new(WriteTimeout::new(tcp, write_timeout));
+        let conn = http.serve_connection(io, TowerToHyperService::new(app.clone()));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             let _permit = permit;

@@ -27,6 +27,10 @@ use tokio::sync::Semaphore;
 /// a short one; more would only take cores from the compute threads.
 const PREP_THREADS: usize = 2;
 
+/// `/debug/steps` streams open at once: each is a connection held for as long as its viewer
+/// watches, so without a bound they could take every connection place.
+pub const MAX_STEP_VIEWERS: usize = 16;
+
 /// The loaded model and its engine.
 pub struct Ready {
     pub model: Arc<LoadedModel>,
@@ -71,6 +75,8 @@ pub struct Shared {
     pub cors_origins: Vec<String>,
     /// Slots for request preparation off the async workers (see the module docs).
     pub prep: Arc<Semaphore>,
+    /// Places for `/debug/steps` viewers, each an endless stream.
+    pub step_viewers: Arc<Semaphore>,
     ready: OnceLock<Ready>,
 }
 
@@ -99,6 +105,7 @@ impl AppState {
             auth: Arc::new(Auth::new(args.api_keys.clone(), args.protect_metrics)),
             cors_origins: args.cors_origins.clone(),
             prep: Arc::new(Semaphore::new(PREP_THREADS)),
+            step_viewers: Arc::new(Semaphore::new(MAX_STEP_VIEWERS)),
             ready: OnceLock::new(),
         }))
     }

@@ -17,7 +17,7 @@ mod messages;
 mod prompt;
 mod sampling;
 
-pub use limits::Limits;
+pub use limits::{Limits, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_TOKEN_IDS};
 pub use messages::chat_prompt;
 pub use prompt::known_token_ids;
 
@@ -142,6 +142,15 @@ pub fn completion(
         let text = echo.then(|| text.unwrap_or_else(|| model.tokenizer.decode(&prompt, false)));
         checked.push((prompt, text));
     }
+    let prompt_tokens: usize = checked.iter().map(|(p, _)| p.len()).sum();
+    within_budget(
+        "prompt",
+        prompt_tokens,
+        max_new,
+        checked.len() * n,
+        n,
+        limits,
+    )?;
     let mut checked = checked.into_iter();
     let (prompt, echo) = checked.next().expect("prompts() returns at least one");
     let echo_scores = logprobs.filter(|_| echo.is_some());
@@ -183,6 +192,7 @@ pub fn chat(
         None => ("max_tokens", req.max_tokens),
     };
     let max_tokens = max_tokens(field, requested, None, prompt.len(), limits)?;
+    within_budget("messages", prompt.len(), max_tokens, n, n, limits)?;
     let mut valid = decoding.request(prompt, max_tokens, None, n);
     valid.tools = tools.map(|t| t.reading);
     Ok(valid)
@@ -252,6 +262,32 @@ impl Decoding {
             tools: None,
         }
     }
+}
+
+/// A request's whole cost must be within `--max-request-tokens`: `prompt_tokens` (all its
+/// prompts, each read once and shared by its `n` choices) plus `max_tokens` for each of its
+/// `choices`. Each prompt is within the context, but 64 of them, each with 16 choices, are
+/// minutes of engine time from one body of under a megabyte.
+fn within_budget(
+    field: &'static str,
+    prompt_tokens: usize,
+    max_tokens: usize,
+    choices: usize,
+    n: usize,
+    limits: &Limits,
+) -> Result<()> {
+    let total = prompt_tokens * n + max_tokens * choices;
+    if total > limits.max_request_tokens {
+        return Err(ValidationError::RequestTooLarge {
+            field,
+            total,
+            prompt_tokens: prompt_tokens * n,
+            max_tokens,
+            choices,
+            budget: limits.max_request_tokens,
+        });
+    }
+    Ok(())
 }
 
 /// The prompt must be no longer than `--max-prompt-tokens` (one that does not even fit the

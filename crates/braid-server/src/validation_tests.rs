@@ -24,6 +24,7 @@ fn limits() -> Limits {
         max_stop_strings: 4,
         max_stop_string_len: 8,
         max_prompt_tokens: 512,
+        max_request_tokens: 100_000,
     }
 }
 
@@ -472,6 +473,34 @@ fn a_prompt_never_starts_with_two_bos_tokens() {
     let want = m.tokenizer.encode("<|im_start|>the").unwrap();
     assert_eq!(want[0], m.tokenizer.token_id("<|im_start|>").unwrap());
     assert_eq!(chat(&req, &m, &limits()).unwrap().prompt, want);
+}
+
+#[test]
+fn a_request_past_its_token_budget_is_refused_with_its_size() {
+    let capped = Limits {
+        max_request_tokens: 100,
+        ..limits()
+    };
+    // 2 prompts of 6 tokens, 4 choices each: 48 prompt tokens + 8 choices × 7 = 104.
+    let req: CompletionRequest = serde_json::from_value(serde_json::json!(
+        {"prompt": [[3, 4, 5, 6, 7, 8], [3, 4, 5, 6, 7, 8]], "max_tokens": 7, "n": 4}
+    ))
+    .unwrap();
+    let err = completion(&req, model(), &capped).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("104 tokens of work") && message.contains("at most 100"),
+        "{message}"
+    );
+    assert!(
+        message.contains("48 prompt tokens") && message.contains("8 choices"),
+        "{message}"
+    );
+    let fits: CompletionRequest = serde_json::from_value(serde_json::json!(
+        {"prompt": [[3, 4, 5, 6, 7, 8], [3, 4, 5, 6, 7, 8]], "max_tokens": 6, "n": 4}
+    ))
+    .unwrap();
+    completion(&fits, model(), &capped).expect("96 tokens fit 100");
 }
 
 #[test]

@@ -80,6 +80,7 @@ fn limits() -> Limits {
         max_stop_strings: 4,
         max_stop_string_len: 16,
         max_prompt_tokens: 200,
+        max_request_tokens: 100_000,
     }
 }
 

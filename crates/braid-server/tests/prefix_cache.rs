@@ -49,6 +49,7 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
         max_tokens: n,
         score_prompt: None,
         shares_prompt_with: None,
+        first_of_request: None,
         params: SamplingParams::greedy(),
         constraint: None,
         stop_token_ids: vec![],

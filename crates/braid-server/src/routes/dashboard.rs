@@ -3,7 +3,7 @@
 //! the binary) draws it: long prompts become thin slices between decode steps.
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, MAX_STEP_VIEWERS};
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse};
@@ -20,8 +20,20 @@ pub async fn dashboard() -> impl IntoResponse {
 pub async fn steps(
     State(state): State<AppState>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let mut feed = state.ready()?.observer.subscribe_steps();
+    let ready = state.ready()?;
+    let place = state
+        .step_viewers
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| {
+            ApiError::overloaded(format!(
+                "/debug/steps already has {MAX_STEP_VIEWERS} viewers; close one or retry later"
+            ))
+        })?;
+    let mut feed = ready.observer.subscribe_steps();
     let stream = async_stream(move |tx| async move {
+        // Held until the viewer's connection goes (closed, or dropped for not reading).
+        let _place = place;
         loop {
             match feed.recv().await {
                 Ok(step) => {

@@ -118,6 +118,7 @@ pub(crate) async fn admit<R: Send + 'static>(
     let mut generations: Vec<Generation> = Vec::new();
     for (i, choice) in valid.choices().into_iter().enumerate() {
         let first_of_prompt = (i % n != 0).then(|| generations[i - i % n].id);
+        let first_of_request = generations.first().map(|g| g.id);
         generations.push(Generation::start(
             state,
             ready,
@@ -125,6 +126,7 @@ pub(crate) async fn admit<R: Send + 'static>(
             arrival,
             endpoint,
             first_of_prompt,
+            first_of_request,
         )?);
     }
     Ok(Admitted {

@@ -1,5 +1,13 @@
 //! The bounds a request is checked against that come from the model and the server's flags.
 
+/// Most `logit_bias` entries one request may give: OpenAI's limit. The sampler applies every
+/// entry to every token it samples.
+pub const MAX_LOGIT_BIAS_ENTRIES: usize = 300;
+
+/// Most `stop_token_ids` one request may give; the sampler checks every sampled token against
+/// them.
+pub const MAX_STOP_TOKEN_IDS: usize = 300;
+
 /// Request bounds from the model and the server's flags.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -12,4 +20,7 @@ pub struct Limits {
     pub max_stop_string_len: usize,
     /// Longest prompt accepted, in tokens (at most the context length).
     pub max_prompt_tokens: usize,
+    /// Most tokens of work one request may ask for: every choice's prompt plus its
+    /// `max_tokens`, summed over the choices.
+    pub max_request_tokens: usize,
 }

@@ -1,7 +1,7 @@
 //! The sampling and stopping fields both endpoints share, checked against the bounds of
 //! `field_bounds.rs` and turned into what the sampler and the stop matcher get.
 
-use super::limits::Limits;
+use super::limits::{Limits, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_TOKEN_IDS};
 use super::prompt::known_token_ids;
 use crate::error::ValidationError;
 use crate::field_bounds::{
@@ -100,11 +100,25 @@ pub(super) fn sampling(
     })
 }
 
+/// A list field may hold at most `max` items.
+fn at_most(field: &'static str, what: &'static str, count: usize, max: usize) -> Result<()> {
+    if count > max {
+        return Err(ValidationError::TooMany {
+            field,
+            what,
+            count,
+            max,
+        });
+    }
+    Ok(())
+}
+
 /// OpenAI's `logit_bias`: keys are token ids written as strings, values from -100 to 100.
 fn logit_bias(f: &SamplingFields, limits: &Limits) -> Result<Vec<(u32, f32)>> {
     let Some(map) = &f.logit_bias else {
         return Ok(Vec::new());
     };
+    at_most("logit_bias", "entries", map.len(), MAX_LOGIT_BIAS_ENTRIES)?;
     let mut out = Vec::with_capacity(map.len());
     for (key, &bias) in map {
         let id: i64 = key.trim().parse().map_err(|_| ValidationError::WrongShape {
@@ -141,12 +155,7 @@ pub(super) fn stop_strings(f: &SamplingFields, limits: &Limits) -> Result<Vec<St
             })
         }
     };
-    if stops.len() > limits.max_stop_strings {
-        return Err(ValidationError::TooManyStops {
-            count: stops.len(),
-            max: limits.max_stop_strings,
-        });
-    }
+    at_most("stop", "strings", stops.len(), limits.max_stop_strings)?;
     for (index, s) in stops.iter().enumerate() {
         if s.is_empty() {
             return Err(ValidationError::Empty { field: "stop" });
@@ -167,17 +176,16 @@ pub(super) fn stop_token_ids(
     model: &LoadedModel,
     limits: &Limits,
 ) -> Result<Vec<u32>> {
+    let asked = f.stop_token_ids.as_deref().unwrap_or(&[]);
+    at_most("stop_token_ids", "token ids", asked.len(), MAX_STOP_TOKEN_IDS)?;
     let mut ids: Vec<u32> = if f.ignore_eos.unwrap_or(false) {
         vec![]
     } else {
         model.tokenizer.eos_token_ids().to_vec()
     };
-    for id in known_token_ids(
-        "stop_token_ids",
-        f.stop_token_ids.as_deref().unwrap_or(&[]),
-        limits,
-    )? {
-        if !ids.contains(&id) {
+    let mut seen: std::collections::HashSet<u32> = ids.iter().copied().collect();
+    for id in known_token_ids("stop_token_ids", asked, limits)? {
+        if seen.insert(id) {
             ids.push(id);
         }
     }
