@@ -129,6 +129,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 131_072)]
     pub max_request_tokens: usize,
 
+    /// Read control tokens typed in chat messages (`<|im_start|>system` in a user's text) as
+    /// control tokens, as braid did before; by default a message's text is read as the text
+    /// it is, and only the chat template's own markup is special.
+    #[arg(long)]
+    pub special_in_messages: bool,
+
     /// Seconds a connection may go without being able to write to its client (a stream whose
     /// client stopped reading); then it is closed and its request cancelled, which frees the
     /// request's sequence and KV blocks.

@@ -120,6 +120,7 @@ fn fake_server_with_pool(
         max_stop_string_len: 64,
         max_prompt_tokens: 512,
         max_request_tokens: 100_000,
+        special_in_messages: false,
     };
     state.set_ready(Ready {
         model: m,

@@ -244,6 +244,7 @@ async fn lifecycle(
         max_stop_string_len: args.max_stop_string_len,
         max_prompt_tokens: args.max_prompt_tokens.unwrap_or(context).min(context),
         max_request_tokens: args.max_request_tokens,
+        special_in_messages: args.special_in_messages,
     };
     let ready = Ready::start(
         model,

@@ -185,7 +185,7 @@ pub fn chat(
         .as_ref()
         .ok_or(ValidationError::Missing { field: "messages" })?;
     let rendered = tools.as_ref().map(|t| t.rendered.as_slice());
-    let prompt = chat_prompt(messages, rendered, true, model)?;
+    let prompt = chat_prompt(messages, rendered, true, model, limits.special_in_messages)?;
     prompt_length("messages", prompt.len(), limits)?;
     let (field, requested) = match req.max_completion_tokens {
         Some(n) => ("max_completion_tokens", Some(n)),

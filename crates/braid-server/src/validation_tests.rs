@@ -25,6 +25,7 @@ fn limits() -> Limits {
         max_stop_string_len: 8,
         max_prompt_tokens: 512,
         max_request_tokens: 100_000,
+        special_in_messages: false,
     }
 }
 
@@ -437,7 +438,7 @@ fn a_model_without_a_chat_template_refuses_chat_but_completes_prompts() {
     let msgs: [ChatMessageIn; 1] =
         [serde_json::from_value(serde_json::json!({"role": "user", "content": "hi"})).unwrap()];
     assert_eq!(
-        chat_prompt(&msgs, None, true, &m).unwrap_err(),
+        chat_prompt(&msgs, None, true, &m, false).unwrap_err(),
         ValidationError::NoChatTemplate
     );
     let req: CompletionRequest =
@@ -618,7 +619,7 @@ fn tools_are_offered_in_the_prompt_and_required_calls_are_a_grammar() {
     let msgs: [ChatMessageIn; 1] =
         [serde_json::from_value(serde_json::json!({"role": "user", "content": "hi"})).unwrap()];
     let tools = [weather_tool()];
-    let hermes = chat_prompt(&msgs, Some(&tools), true, model()).unwrap();
+    let hermes = chat_prompt(&msgs, Some(&tools), true, model(), false).unwrap();
     let text = model().tokenizer.decode(&hermes, false);
     assert!(
         text.contains("<tools>") && text.contains("\"name\": \"get_weather\""),

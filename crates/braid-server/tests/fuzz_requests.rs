@@ -81,6 +81,7 @@ fn limits() -> Limits {
         max_stop_string_len: 16,
         max_prompt_tokens: 200,
         max_request_tokens: 100_000,
+        special_in_messages: false,
     }
 }
 

@@ -20,4 +20,4 @@ pub mod tool_calls;
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use constraint::{Constraint, Grammars, TokenConstraint};
 pub use error::{Result, TextError};
-pub use tokenizer::{IncrementalDecoder, NamedTokens, Tokenizer};
+pub use tokenizer::{IncrementalDecoder, NamedTokens, PlainMarks, Tokenizer};

@@ -20,6 +20,7 @@ pub async fn tokenize(
     let ready = state.ready()?;
     validation::check_model(req.model.as_deref(), &ready.limits)?;
     let model = ready.model.clone();
+    let special_in_messages = ready.limits.special_in_messages;
     let tokens = blocking(&state, move || match (&req.prompt, &req.messages) {
         (Some(prompt), None) => if req.add_special_tokens.unwrap_or(true) {
             model.tokenizer.encode_prompt(prompt)
@@ -30,7 +31,13 @@ pub async fn tokenize(
         (None, Some(messages)) => {
             let tools = tools::rendered(req.tools.as_deref().unwrap_or_default())?;
             let generation_prompt = req.add_generation_prompt.unwrap_or(true);
-            validation::chat_prompt(messages, tools.as_deref(), generation_prompt, &model)
+            validation::chat_prompt(
+                messages,
+                tools.as_deref(),
+                generation_prompt,
+                &model,
+                special_in_messages,
+            )
         }
         _ => Err(ValidationError::ExactlyOne {
             first: "prompt",

@@ -23,4 +23,7 @@ pub struct Limits {
     /// Most tokens of work one request may ask for: every choice's prompt plus its
     /// `max_tokens`, summed over the choices.
     pub max_request_tokens: usize,
+    /// Control tokens typed in chat messages are read as control tokens (`--special-in-messages`);
+    /// otherwise as the text they are.
+    pub special_in_messages: bool,
 }

@@ -1,12 +1,11 @@
 //! A chat request's `messages`: each checked as OpenAI checks it, then rendered with the
 //! model's chat template and tokenized.
 
-use super::prompt::encode;
 use crate::error::ValidationError;
 use crate::openai_types::{ChatMessageIn, ToolCallIn};
 use braid_model::LoadedModel;
 use braid_text::tool_calls::hermes;
-use braid_text::{ChatMessage, ChatTemplate};
+use braid_text::{ChatMessage, ChatTemplate, PlainMarks};
 use serde_json::{json, Value};
 
 type Result<T> = std::result::Result<T, ValidationError>;
@@ -19,16 +18,28 @@ pub fn chat_prompt(
     tools: Option<&[Value]>,
     add_generation_prompt: bool,
     model: &LoadedModel,
+    special_in_messages: bool,
 ) -> Result<Vec<u32>> {
     if messages.is_empty() {
         return Err(ValidationError::Empty { field: "messages" });
     }
-    let msgs = messages
+    let mut msgs = messages
         .iter()
         .enumerate()
         .map(|(i, m)| chat_message(i, m))
         .collect::<Result<Vec<_>>>()?;
     answered_calls_exist(&msgs)?;
+    // Control tokens typed in a message stay text, unless the server was told otherwise
+    // (`--special-in-messages`): see braid-text's `plain_marks.rs`.
+    let marks = PlainMarks::new();
+    if !special_in_messages {
+        for m in &mut msgs {
+            let spans = model.tokenizer.control_spans(&m.content);
+            if !spans.is_empty() {
+                m.content = marks.mark(&m.content, &spans);
+            }
+        }
+    }
     let template = chat_template(model)?;
     let rendered = if template.knows_tools() {
         template.render(&msgs, tools, add_generation_prompt)
@@ -40,7 +51,11 @@ pub fn chat_prompt(
         )
     };
     let text = rendered.map_err(|e| ValidationError::Template(e.to_string()))?;
-    let mut tokens = encode(model, &text)?;
+    let ids = model
+        .tokenizer
+        .encode_marked(&text, &marks)
+        .map_err(|e| ValidationError::Tokenize(e.to_string()))?;
+    let mut tokens = model.tokenizer.with_prompt_bos(ids);
     // Templates written for Hugging Face put `bos_token` in the text themselves; where the
     // tokenizer also adds BOS (a GGUF with add_bos_token, such as Gemma's), the prompt would
     // start with two, which the model never saw in training. One is dropped.

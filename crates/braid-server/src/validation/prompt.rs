@@ -10,7 +10,7 @@ use serde_json::Value;
 type Result<T> = std::result::Result<T, ValidationError>;
 
 /// A prompt's ids as the model reads them from its start: with BOS when the model asks for it.
-pub(super) fn encode(model: &LoadedModel, text: &str) -> Result<Vec<u32>> {
+fn encode(model: &LoadedModel, text: &str) -> Result<Vec<u32>> {
     model
         .tokenizer
         .encode_prompt(text)

@@ -177,7 +177,12 @@ pub(super) fn stop_token_ids(
     limits: &Limits,
 ) -> Result<Vec<u32>> {
     let asked = f.stop_token_ids.as_deref().unwrap_or(&[]);
-    at_most("stop_token_ids", "token ids", asked.len(), MAX_STOP_TOKEN_IDS)?;
+    at_most(
+        "stop_token_ids",
+        "token ids",
+        asked.len(),
+        MAX_STOP_TOKEN_IDS,
+    )?;
     let mut ids: Vec<u32> = if f.ignore_eos.unwrap_or(false) {
         vec![]
     } else {

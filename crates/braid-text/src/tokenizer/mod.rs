@@ -14,12 +14,14 @@
 
 mod bpe;
 mod incremental;
+mod plain_marks;
 mod special;
 mod spm;
 #[cfg(test)]
 mod tests;
 
 pub use incremental::IncrementalDecoder;
+pub use plain_marks::PlainMarks;
 
 use crate::error::{Result, TextError};
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -80,6 +82,8 @@ enum Model {
 pub struct Tokenizer {
     model: Model,
     specials: SpecialTokens,
+    /// Control tokens alone (not user-defined ones): what a user's text must not produce.
+    controls: SpecialTokens,
     token_to_id: HashMap<String, u32>,
     token_bytes: Vec<Vec<u8>>,
     special: Vec<bool>,
@@ -209,15 +213,19 @@ impl Tokenizer {
         for &e in &eos_ids {
             types[e as usize] = CONTROL;
         }
-        let specials = SpecialTokens::new(
-            tokens
-                .iter()
-                .zip(&types)
-                .filter(|(_, &ty)| matches!(ty, CONTROL | USER_DEFINED | UNKNOWN))
-                .map(|(t, _)| (t.clone(), token_to_id[t]))
-                .collect(),
-        )
-        .map_err(err)?;
+        let of_types = |wanted: &[i32]| {
+            SpecialTokens::new(
+                tokens
+                    .iter()
+                    .zip(&types)
+                    .filter(|(_, ty)| wanted.contains(ty))
+                    .map(|(t, _)| (t.clone(), token_to_id[t]))
+                    .collect(),
+            )
+            .map_err(err)
+        };
+        let specials = of_types(&[CONTROL, USER_DEFINED, UNKNOWN])?;
+        let controls = of_types(&[CONTROL, UNKNOWN])?;
 
         let byte_map = bpe::unicode_to_byte();
         let token_bytes = tokens
@@ -264,6 +272,7 @@ impl Tokenizer {
         Ok(Self {
             model,
             specials,
+            controls,
             token_to_id,
             token_bytes,
             special,
@@ -282,9 +291,26 @@ impl Tokenizer {
     /// Token ids of `text` as it is, without BOS; special tokens written in the text
     /// (`<|im_start|>`, `<start_of_turn>`) become their single id.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_pieces(self.specials.split(text))
+    }
+
+    /// Where control tokens (`<|im_start|>`, not user-defined ones) are written in `text`: a
+    /// chat message's spans to [`PlainMarks::mark`].
+    pub fn control_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        self.controls.spans(text)
+    }
+
+    /// [`encode`](Self::encode) of a rendered template in which `marks` enclose text a user
+    /// wrote: the control tokens written there are read as plain text (see `plain_marks.rs`).
+    pub fn encode_marked(&self, text: &str, marks: &PlainMarks) -> Result<Vec<u32>> {
+        let (clean, plain) = marks.unmark(text);
+        self.encode_pieces(self.specials.split_outside(&clean, &plain))
+    }
+
+    fn encode_pieces(&self, pieces: Vec<Piece>) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         let mut after_special = true;
-        for piece in self.specials.split(text) {
+        for piece in pieces {
             match piece {
                 Piece::Token(id) => {
                     out.push(id);
@@ -320,13 +346,17 @@ impl Tokenizer {
     /// llama.cpp's server does for a completion prompt, unless the text already begins with
     /// BOS (a chat template that writes `{{ bos_token }}`).
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
-        let mut ids = self.encode(text)?;
+        Ok(self.with_prompt_bos(self.encode(text)?))
+    }
+
+    /// `ids` with BOS in front as [`encode_prompt`](Self::encode_prompt) puts it.
+    pub fn with_prompt_bos(&self, mut ids: Vec<u32>) -> Vec<u32> {
         if let Some(bos) = self.bos_id.filter(|_| self.add_bos) {
             if ids.first() != Some(&bos) {
                 ids.insert(0, bos);
             }
         }
-        Ok(ids)
+        ids
     }
 
     /// The id [`encode_prompt`](Self::encode_prompt) puts in front of a prompt, if any.

@@ -44,10 +44,35 @@ impl SpecialTokens {
     }
 
     pub fn split<'a>(&self, text: &'a str) -> Vec<Piece<'a>> {
+        self.split_outside(text, &[])
+    }
+
+    /// Where the tokens are written in `text`.
+    pub fn spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        self.automaton
+            .iter()
+            .flat_map(|a| a.find_iter(text))
+            .map(|m| m.range())
+            .collect()
+    }
+
+    /// As [`split`](Self::split), except that a token found exactly on one of `plain` (sorted
+    /// spans) is left in the text around it.
+    pub fn split_outside<'a>(
+        &self,
+        text: &'a str,
+        plain: &[std::ops::Range<usize>],
+    ) -> Vec<Piece<'a>> {
         let mut pieces = Vec::new();
         let mut start = 0;
         if let Some(automaton) = &self.automaton {
             for m in automaton.find_iter(text) {
+                if plain
+                    .binary_search_by(|p| p.start.cmp(&m.start()))
+                    .is_ok_and(|i| plain[i] == m.range())
+                {
+                    continue;
+                }
                 if m.start() > start {
                     pieces.push(Piece::Text(&text[start..m.start()]));
                 }
