@@ -153,3 +153,27 @@ def test_overload_burst_of_four_times_the_queue_gets_only_429s_and_correct_answe
             assert text == expected[p], (p, text, expected[p])
     m = wait_for_idle(s)
     assert m["braid_num_requests_running"] == 0 and m["braid_kv_cache_usage_perc"] == 0, m
+
+
+def test_a_stuck_step_turns_health_to_503_until_it_returns(make_server):
+    """A step that does not return (injected: the engine loop's 3rd step sleeps 6 s) makes
+    /health answer 503 `engine_stalled` once it has run past --step-stall-secs, so a probe can
+    act on it; when the step returns, health is 200 again and the request still completes."""
+    s = make_server("--step-stall-secs", "1", env={"BRAID_FAULT_STALL_STEP": "3:6"})
+    answer = {}
+
+    def ask():
+        answer["r"] = requests.post(s.url + "/v1/completions", json={"prompt": "The sky is", "max_tokens": 8, "ignore_eos": True}, timeout=120)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    seen, deadline = [], time.monotonic() + 60
+    while t.is_alive() and time.monotonic() < deadline:
+        r = requests.get(s.url + "/health", timeout=5)
+        seen.append((r.status_code, r.json()["status"]))
+        time.sleep(0.1)
+    t.join(60)
+    assert (503, "engine_stalled") in seen, seen
+    assert requests.get(s.url + "/health", timeout=5).status_code == 200
+    assert answer["r"].status_code == 200 and answer["r"].json()["usage"]["completion_tokens"] == 8
+    assert "BRAID_FAULT_STALL_STEP: step 3 stalls" in s.log_path.read_text()

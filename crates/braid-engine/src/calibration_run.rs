@@ -15,7 +15,10 @@ impl Engine {
         };
         let t0 = Instant::now();
         let mut secs = Vec::with_capacity(cal.steps.len());
+        let shared = self.shared.clone();
         for step in &cal.steps {
+            // Timed steps like the loop's, so /health sees one that never returns.
+            let _watch = shared.step.begin();
             let entries: Vec<BatchEntry> = step
                 .iter()
                 .map(|c| BatchEntry {

@@ -76,6 +76,7 @@ pub fn spawn_engine(
                 active: HashMap::new(),
                 shared: shared.clone(),
                 observer,
+                steps: 0,
             };
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 engine.calibrate();
@@ -125,8 +126,10 @@ pub(crate) struct Engine {
     pub(crate) kv: KvPool,
     pub(crate) ws: Workspace,
     active: HashMap<SeqId, Active>,
-    shared: Arc<EngineShared>,
+    pub(crate) shared: Arc<EngineShared>,
     observer: Arc<dyn EngineObserver>,
+    /// Steps run by the engine loop.
+    steps: u64,
 }
 
 /// A token sampled in this step, as the step will report and send it.
@@ -278,6 +281,16 @@ impl Engine {
     }
 
     fn step(&mut self, plan: &StepPlan) {
+        let shared = self.shared.clone();
+        let _watch = shared.step.begin();
+        self.steps += 1;
+        if let Some(stall) = crate::step_watch::injected_stall(self.steps) {
+            tracing::warn!(
+                "BRAID_FAULT_STALL_STEP: step {} stalls {stall:?}",
+                self.steps
+            );
+            std::thread::sleep(stall);
+        }
         let started = Instant::now();
         for c in &plan.chunks {
             if let Some(a) = self.active.get_mut(&c.seq) {

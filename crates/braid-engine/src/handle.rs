@@ -16,9 +16,11 @@
 //! for a client that left.
 
 use crate::request::{EngineRequest, SubmitError};
+use crate::step_watch::StepWatch;
 use braid_sched::{FinishReason, SchedulerConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A request on its way to the engine, holding its place in the waiting queue.
@@ -51,6 +53,7 @@ pub(crate) struct EngineShared {
     pub draining: AtomicBool,
     pub alive: AtomicBool,
     pub next_id: AtomicU64,
+    pub step: StepWatch,
 }
 
 impl EngineShared {
@@ -90,6 +93,7 @@ impl EngineHandle {
             draining: AtomicBool::new(false),
             alive: AtomicBool::new(true),
             next_id: AtomicU64::new(0),
+            step: StepWatch::new(),
         });
         Self {
             tx,
@@ -171,6 +175,11 @@ impl EngineHandle {
 
     pub fn is_alive(&self) -> bool {
         self.shared.alive.load(Ordering::Acquire)
+    }
+
+    /// How long the engine's current step has run; `None` between steps.
+    pub fn step_running_for(&self) -> Option<Duration> {
+        self.shared.step.running_for()
     }
 }
 

@@ -39,6 +39,7 @@ mod engine;
 mod handle;
 mod observer;
 mod request;
+mod step_watch;
 
 pub use braid_sched::FinishReason;
 pub use config::EngineConfig;

@@ -135,6 +135,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub special_in_messages: bool,
 
+    /// Seconds one engine step may run before /health answers 503 "engine_stalled" (a step
+    /// that never returns would otherwise leave every request to its deadline behind a 200).
+    #[arg(long, default_value_t = 60)]
+    pub step_stall_secs: u64,
+
     /// Seconds a connection may go without being able to write to its client (a stream whose
     /// client stopped reading); then it is closed and its request cancelled, which frees the
     /// request's sequence and KV blocks.
@@ -258,6 +263,7 @@ impl ServeArgs {
             ("--max-connections", self.max_connections),
             ("--max-request-tokens", self.max_request_tokens),
             ("--write-timeout-secs", self.write_timeout_secs as usize),
+            ("--step-stall-secs", self.step_stall_secs as usize),
         ];
         for (flag, value) in positive {
             if value == 0 {

@@ -66,6 +66,8 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     pub served_model_name: String,
     pub request_timeout: Duration,
+    /// A step running longer is a stalled engine (`/health`).
+    pub step_stall_limit: Duration,
     pub max_body_bytes: usize,
     /// Makes response ids unique across restarts: "cmpl-<prefix><request id>".
     pub id_prefix: String,
@@ -100,6 +102,7 @@ impl AppState {
             metrics,
             served_model_name: args.served_model_name(),
             request_timeout: Duration::from_secs(args.request_timeout_secs),
+            step_stall_limit: Duration::from_secs(args.step_stall_secs),
             max_body_bytes: args.max_body_bytes,
             id_prefix: format!("{:08x}", nanos ^ std::process::id().rotate_left(16)),
             auth: Arc::new(Auth::new(args.api_keys.clone(), args.protect_metrics)),

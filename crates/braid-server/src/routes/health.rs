@@ -1,5 +1,6 @@
 //! GET /health: 200 {"status":"ok"} when the server takes requests; 503 with the reason
-//! ("loading", "draining", "engine_stopped") otherwise, for load balancers and Kubernetes probes.
+//! ("loading", "draining", "engine_stopped", "engine_stalled": a step has run longer than
+//! `--step-stall-secs`) otherwise, for load balancers and Kubernetes probes.
 
 use crate::state::AppState;
 use axum::extract::State;
@@ -12,6 +13,13 @@ pub async fn health(State(state): State<AppState>) -> Response {
         None => "loading",
         Some(r) if r.engine.is_draining() => "draining",
         Some(r) if !r.engine.is_alive() => "engine_stopped",
+        Some(r)
+            if r.engine
+                .step_running_for()
+                .is_some_and(|d| d > state.step_stall_limit) =>
+        {
+            "engine_stalled"
+        }
         Some(_) => return Json(serde_json::json!({"status": "ok"})).into_response(),
     };
     (
