@@ -228,6 +228,13 @@ async fn a_finish_is_read_before_its_closed_channel_and_a_departed_client_never_
     h.finish(finished_id, FinishReason::Length, 1);
     drop(finished_rx);
     drop(departed_rx);
+    // The gauges may not have been published since the first step: idle gauges alone do not
+    // say the engine has read the finish yet, a report does.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while finished_reports(&rec).is_empty() {
+        assert!(Instant::now() < deadline, "the finish was never reported");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     until_idle(&h).await;
     let reports = finished_reports(&rec);
     assert_eq!(reports, [(finished_id, FinishReason::Length, 1)]);
