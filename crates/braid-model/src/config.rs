@@ -50,6 +50,24 @@ pub struct SlidingWindow {
     pub rope_base: f32,
 }
 
+/// Largest sizes a file may claim, checked before anything is allocated by them: a context of
+/// 2^40 tokens or a million layers is refused by name instead of aborting in the allocation of
+/// a RoPE table or of the layers. Far above any small model's (SmolLM2: 30 layers, 576 wide,
+/// 8,192 tokens of context).
+const SIZE_BOUNDS: [(&str, u64); 11] = [
+    ("block_count", 1024),
+    ("embedding_length", 1 << 16),
+    ("feed_forward_length", 1 << 20),
+    ("attention.head_count", 1024),
+    ("attention.head_count_kv", 1024),
+    ("attention.key_length", 1024),
+    ("attention.value_length", 1024),
+    ("rope.dimension_count", 1024),
+    ("context_length", 1 << 20),
+    ("vocab_size", 1 << 22),
+    ("attention.sliding_window", 1 << 20),
+];
+
 impl ModelConfig {
     pub fn from_gguf(ct: &Content, path: &Path) -> Result<Self> {
         let unsupported = |reason: String| ModelError::Unsupported {
@@ -73,30 +91,44 @@ impl ModelConfig {
         let key = |k: &str| format!("{arch_name}.{k}");
         let get = |k: &str| ct.metadata.get(&key(k));
         let int = |k: &str| -> Result<usize> {
-            get(k)
+            let v = get(k)
                 .and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().map(u64::from).ok()))
-                .map(|v| v as usize)
-                .ok_or_else(|| unsupported(format!("metadata key `{}` is missing", key(k))))
+                .ok_or_else(|| unsupported(format!("metadata key `{}` is missing", key(k))))?;
+            let least = u64::from(k != "attention.sliding_window");
+            match SIZE_BOUNDS.iter().find(|(name, _)| *name == k) {
+                Some(&(_, max)) if v < least || v > max => Err(unsupported(format!(
+                    "metadata key `{}` is {v}; braid reads {least} to {max}",
+                    key(k)
+                ))),
+                _ => Ok(v as usize),
+            }
+        };
+        // A key that may be absent; present, it is bounded like any other.
+        let opt = |k: &str| -> Result<Option<usize>> {
+            match get(k) {
+                Some(_) => int(k).map(Some),
+                None => Ok(None),
+            }
         };
         let float = |k: &str| get(k).and_then(|v| v.to_f32().ok());
         let hidden = int("embedding_length")?;
         let num_heads = int("attention.head_count")?;
-        let num_kv_heads = int("attention.head_count_kv").unwrap_or(num_heads);
+        let num_kv_heads = opt("attention.head_count_kv")?.unwrap_or(num_heads);
         if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
             return Err(unsupported(format!(
                 "{num_heads} heads / {num_kv_heads} KV heads"
             )));
         }
-        let head_dim = match int("attention.key_length") {
-            Ok(d) => d,
-            Err(_) if hidden % num_heads == 0 => hidden / num_heads,
-            Err(_) => {
+        let head_dim = match opt("attention.key_length")? {
+            Some(d) => d,
+            None if hidden % num_heads == 0 => hidden / num_heads,
+            None => {
                 return Err(unsupported(format!(
                     "{num_heads} heads do not divide width {hidden}"
                 )))
             }
         };
-        if let Ok(v) = int("attention.value_length") {
+        if let Some(v) = opt("attention.value_length")? {
             if v != head_dim {
                 return Err(unsupported(format!(
                     "value heads of {v} differ from key heads of {head_dim}"
@@ -108,7 +140,7 @@ impl ModelConfig {
                 "width {hidden} / head size {head_dim} (need multiples of 32 and 16)"
             )));
         }
-        if let Ok(rot) = int("rope.dimension_count") {
+        if let Some(rot) = opt("rope.dimension_count")? {
             if rot != head_dim {
                 return Err(unsupported(format!(
                     "rope over {rot} of {head_dim} head dimensions (partial rotary embedding)"
@@ -125,18 +157,23 @@ impl ModelConfig {
                 )))
             }
         };
-        let vocab_size = match int("vocab_size") {
-            Ok(v) => v,
-            Err(e) => match ct.metadata.get("tokenizer.ggml.tokens") {
+        let vocab_size = match opt("vocab_size")? {
+            Some(v) => v,
+            None => match ct.metadata.get("tokenizer.ggml.tokens") {
                 Some(Value::Array(a)) => a.len(),
-                _ => return Err(e),
+                _ => {
+                    return Err(unsupported(format!(
+                        "metadata key `{}` is missing",
+                        key("vocab_size")
+                    )))
+                }
             },
         };
         let num_layers = int("block_count")?;
         let rope_base = float("rope.freq_base").unwrap_or(10_000.0);
         let flags = architecture.flags();
-        let sliding_window = match int("attention.sliding_window") {
-            Ok(size) if size > 0 && flags.sliding_window => Some(SlidingWindow {
+        let sliding_window = match opt("attention.sliding_window")? {
+            Some(size) if size > 0 && flags.sliding_window => Some(SlidingWindow {
                 size,
                 layers: sliding_layers(get("attention.sliding_window_pattern"), num_layers),
                 rope_base: float("rope.freq_base_swa").unwrap_or(10_000.0),
@@ -161,7 +198,7 @@ impl ModelConfig {
             num_kv_heads,
             head_dim,
             vocab_size,
-            context_length: int("context_length").unwrap_or(2048),
+            context_length: opt("context_length")?.unwrap_or(2048),
             rope_base,
             rope_scale,
             rope_style: flags.rope_style,

@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine_bench;
 pub mod error;
 pub mod generate;
+mod gguf_bounds;
 pub mod hub;
 pub mod kernel_comparison;
 pub mod model;
@@ -59,7 +60,10 @@ impl LoadedModel {
         }
         let ct = read_content(path)?;
         let config = ModelConfig::from_gguf(&ct, path)?;
-        let tokenizer = Tokenizer::from_gguf(&ct)?;
+        let tokenizer = Tokenizer::from_gguf(&ct).map_err(|e| ModelError::Unsupported {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(ModelError::Unsupported {
                 path: path.to_path_buf(),
@@ -91,7 +95,11 @@ impl LoadedModel {
                     special("tokenizer.ggml.eos_token_id"),
                 )
             })
-            .transpose()?;
+            .transpose()
+            .map_err(|e| ModelError::Unsupported {
+                path: path.to_path_buf(),
+                reason: format!("{e}; pass --chat-template FILE to use another template"),
+            })?;
         let weights = weights::load(&ct, path, &config)?;
         let grammars = Grammars::new(&tokenizer);
         if let Err(e) = &grammars {
@@ -111,27 +119,14 @@ impl LoadedModel {
     }
 }
 
+/// The file's metadata and tensor table, once `gguf_bounds` has found them within the file.
 fn read_content(path: &Path) -> Result<Content> {
-    let mut file = std::fs::File::open(path).map_err(|source| ModelError::Io {
+    gguf_bounds::check(path)?;
+    let file = std::fs::File::open(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let mut magic = [0u8; 4];
-    use std::io::Read;
-    if file.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
-        return Err(ModelError::Corrupt {
-            path: path.to_path_buf(),
-            reason: "it does not start with the GGUF magic".into(),
-        });
-    }
     let mut reader = std::io::BufReader::new(file);
-    use std::io::Seek;
-    reader
-        .seek(std::io::SeekFrom::Start(0))
-        .map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
     Content::read(&mut reader).map_err(|e| ModelError::Corrupt {
         path: path.to_path_buf(),
         reason: error::candle_message(e),
