@@ -75,7 +75,7 @@ def test_past_max_connections_new_ones_get_503_then_are_closed(make_server):
         for _ in range(4):
             assert session.get(s.url + "/health", timeout=10).status_code == 200
     log = s.log_text()
-    assert "--max-connections reached" in log
+    assert "refusing new connections with 503" in log and "(--max-connections)" in log
 
 
 def test_cors_is_off_by_default(server):
@@ -105,3 +105,20 @@ def test_cors_origin_allows_that_origin_only(make_server):
     assert "Access-Control-Allow-Origin" not in r.headers
     r = requests.options(s.url + "/v1/chat/completions", headers={**preflight, "Origin": "https://evil.example.com"}, timeout=60)
     assert "Access-Control-Allow-Origin" not in r.headers
+
+
+def test_one_client_address_holds_at_most_its_share(make_server):
+    s = make_server("--max-connections-per-ip", "2")
+    held = [open_idle(s.port) for _ in range(2)]
+    time.sleep(0.3)
+    r = requests.get(s.url + "/health", timeout=10)
+    assert r.status_code == 503, r.text
+    err = r.json()["error"]
+    assert err["code"] == "too_many_connections" and "--max-connections-per-ip" in err["message"], err
+    held.pop().close()
+    deadline = time.time() + 10
+    while requests.get(s.url + "/health", timeout=10).status_code != 200:
+        assert time.time() < deadline, "a closed connection's place never came back"
+        time.sleep(0.2)
+    for sock in held:
+        sock.close()

@@ -135,6 +135,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub special_in_messages: bool,
 
+    /// Most open connections from one client address (off unless given): one client cannot
+    /// take every place of --max-connections. Past it, 503 `too_many_connections`.
+    #[arg(long)]
+    pub max_connections_per_ip: Option<usize>,
+
     /// Seconds one engine step may run before /health answers 503 "engine_stalled" (a step
     /// that never returns would otherwise leave every request to its deadline behind a 200).
     #[arg(long, default_value_t = 60)]
@@ -269,6 +274,11 @@ impl ServeArgs {
             if value == 0 {
                 anyhow::bail!("{flag} must be at least 1");
             }
+        }
+        if self.max_connections_per_ip == Some(0) {
+            anyhow::bail!(
+                "--max-connections-per-ip must be at least 1 (omit it for no per-address limit)"
+            );
         }
         if self.max_prompt_tokens == Some(0) {
             anyhow::bail!(

@@ -174,7 +174,7 @@ async fn run(
 ) -> anyhow::Result<()> {
     let (stop_accepting, stop_rx) = watch::channel(false);
     let addr = listener.local_addr()?;
-    let limit = ConnectionLimit::new(args.max_connections);
+    let limit = ConnectionLimit::new(args.max_connections, args.max_connections_per_ip);
     let write_timeout = Duration::from_secs(args.write_timeout_secs);
     let accept = tokio::spawn(accept_loop(
         listener,
@@ -304,9 +304,9 @@ async fn accept_loop(
         .header_read_timeout(read_timeout)
         .keep_alive(true);
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: wait instead of spinning.
                     tracing::warn!("accept failed: {e}");
@@ -316,10 +316,10 @@ async fn accept_loop(
             },
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => break,
         };
-        let permit = match limit.admit() {
-            Admission::Serve(permit) => permit,
-            Admission::Refuse(permit) => {
-                tokio::spawn(connections::refuse(tcp, permit, limit.max()));
+        let place = match limit.admit(peer.ip()) {
+            Admission::Serve(place) => place,
+            Admission::Refuse(permit, message) => {
+                tokio::spawn(connections::refuse(tcp, permit, message));
                 continue;
             }
             Admission::Close => continue,
@@ -329,7 +329,7 @@ async fn accept_loop(
         let conn = http.serve_connection(io, TowerToHyperService::new(app.clone()));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            let _permit = permit;
+            let _place = place;
             if let Err(e) = conn.await {
                 tracing::debug!("connection closed: {e}");
             }
