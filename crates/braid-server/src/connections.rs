@@ -38,8 +38,11 @@ pub struct ConnectionLimit {
     refusing: Arc<Semaphore>,
     refused: AtomicU64,
     per_ip: Option<usize>,
-    by_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    by_ip: Arc<ConnectionsByIp>,
 }
+
+/// Open connections per client address (only with `--max-connections-per-ip`).
+type ConnectionsByIp = Mutex<HashMap<IpAddr, usize>>;
 
 /// What to do with a newly accepted connection.
 pub enum Admission {
@@ -54,7 +57,7 @@ pub enum Admission {
 /// A served connection's place: the cap's permit and its address's count.
 pub struct Place {
     _permit: OwnedSemaphorePermit,
-    ip: Option<(IpAddr, Arc<Mutex<HashMap<IpAddr, usize>>>)>,
+    ip: Option<(IpAddr, Arc<ConnectionsByIp>)>,
 }
 
 impl Drop for Place {
@@ -65,7 +68,7 @@ impl Drop for Place {
     }
 }
 
-fn uncount(by_ip: &Mutex<HashMap<IpAddr, usize>>, ip: IpAddr) {
+fn uncount(by_ip: &ConnectionsByIp, ip: IpAddr) {
     let mut counts = by_ip.lock().expect("connection counts");
     if let Some(n) = counts.get_mut(&ip) {
         *n -= 1;
