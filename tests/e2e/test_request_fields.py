@@ -30,6 +30,11 @@ def refusal(call) -> dict:
         ({"web_search_options": {}}, "web_search_options"),
         ({"reasoning_effort": "high"}, "reasoning_effort"),
         ({"best_answer_please": True}, "best_answer_please"),
+        # Fields behind other servers' advisories (docs/RELIABILITY.md): a template from the
+        # request, its arguments, and llama.cpp's `n_discard`.
+        ({"chat_template": "{{ messages }}"}, "chat_template"),
+        ({"chat_template_kwargs": {"enable_thinking": True}}, "chat_template_kwargs"),
+        ({"n_discard": -5}, "n_discard"),
     ],
 )
 def test_fields_braid_cannot_honor_are_refused_by_name(client, extra, param):
