@@ -67,8 +67,10 @@ def test_a_short_request_is_read_while_a_huge_one_is(server):
     t.join(120)
     server.wait_idle("the cancelled request's sequences")
     print(f"short request's first token after {short:.2f} s; a lone 512-token prompt's after {lone:.2f} s")
-    # In arrival order it waited for 120,000 prompt tokens (minutes); now for about one step.
-    assert short < max(2.0, 4 * lone), f"short request's first token after {short:.2f} s (a 512-token prompt alone: {lone:.2f} s)"
+    # In arrival order it waited for 120,000 prompt tokens, some 230 steps of 512 (minutes);
+    # now for the step under way and its own. On a quiet 2-core machine that is 1.2 s; the
+    # bound allows for a machine that is slow, or busy with other tests, in the same units.
+    assert short < max(2.0, 8 * lone), f"short request's first token after {short:.2f} s (a 512-token prompt alone: {lone:.2f} s)"
 
 
 def test_a_request_past_the_token_budget_is_refused_with_its_size(server):
