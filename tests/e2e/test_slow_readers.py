@@ -87,3 +87,33 @@ def test_step_viewers_are_bounded(server):
     finally:
         for v in viewers:
             v.close()
+
+
+def test_a_flood_of_large_bodies_waits_a_bounded_time_for_preparation(make_server):
+    """Tokenizing and templating run on two preparation slots; a request waits at most
+    --prep-wait-secs for one, then gets a 429, so a flood of megabyte prompts costs its
+    senders instead of queueing everyone behind it without end."""
+    import concurrent.futures as cf
+    import random
+
+    s = make_server("--prep-wait-secs", "1")
+    rng = random.Random(5)
+    words = ["house", "river", "quick", "mountain", "lazy", "dog", "alpha"]
+    text = " ".join(rng.choice(words) for _ in range(150_000))[:900_000]  # ~0.3 s to tokenize
+
+    def tokenize():
+        return requests.post(s.url + "/tokenize", json={"prompt": text}, timeout=120)
+
+    with cf.ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda _: tokenize(), range(32)))
+    codes = [r.status_code for r in answers]
+    assert set(codes) <= {200, 429}, codes
+    refused = [r for r in answers if r.status_code == 429]
+    assert refused, f"32 bodies of 0.9 MB never waited over a second: {codes}"
+    err = refused[0].json()["error"]
+    assert err["code"] == "server_at_capacity" and "--prep-wait-secs" in err["message"], err
+    assert refused[0].headers.get("retry-after") == "1"
+    print(f"{len(refused)} of 32 refused after waiting a second")
+    # After the flood everyone is prepared again at once.
+    r = requests.post(s.url + "/v1/completions", json={"prompt": "The sky is", "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200, r.text

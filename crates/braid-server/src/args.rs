@@ -140,6 +140,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub max_connections_per_ip: Option<usize>,
 
+    /// Seconds a request may wait for one of the two request-preparation slots (tokenizing,
+    /// rendering templates) before it gets 429: a flood of large bodies then costs its senders,
+    /// not everyone queued behind them.
+    #[arg(long, default_value_t = 10)]
+    pub prep_wait_secs: u64,
+
     /// Seconds one engine step may run before /health answers 503 "engine_stalled" (a step
     /// that never returns would otherwise leave every request to its deadline behind a 200).
     #[arg(long, default_value_t = 60)]
@@ -269,6 +275,7 @@ impl ServeArgs {
             ("--max-request-tokens", self.max_request_tokens),
             ("--write-timeout-secs", self.write_timeout_secs as usize),
             ("--step-stall-secs", self.step_stall_secs as usize),
+            ("--prep-wait-secs", self.prep_wait_secs as usize),
         ];
         for (flag, value) in positive {
             if value == 0 {

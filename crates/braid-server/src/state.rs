@@ -77,6 +77,8 @@ pub struct Shared {
     pub cors_origins: Vec<String>,
     /// Slots for request preparation off the async workers (see the module docs).
     pub prep: Arc<Semaphore>,
+    /// Longest a request waits for one (`--prep-wait-secs`).
+    pub prep_wait: Duration,
     /// Places for `/debug/steps` viewers, each an endless stream.
     pub step_viewers: Arc<Semaphore>,
     ready: OnceLock<Ready>,
@@ -108,6 +110,7 @@ impl AppState {
             auth: Arc::new(Auth::new(args.api_keys.clone(), args.protect_metrics)),
             cors_origins: args.cors_origins.clone(),
             prep: Arc::new(Semaphore::new(PREP_THREADS)),
+            prep_wait: Duration::from_secs(args.prep_wait_secs),
             step_viewers: Arc::new(Semaphore::new(MAX_STEP_VIEWERS)),
             ready: OnceLock::new(),
         }))

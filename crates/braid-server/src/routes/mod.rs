@@ -21,25 +21,26 @@ use crate::validation::{Limits, ValidatedRequest};
 use braid_model::LoadedModel;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Runs CPU work of a request (tokenizing a long prompt, rendering a template) off the async
 /// workers, so one large prompt does not stall every other connection's I/O; at most
 /// `state.prep`'s permits at once (see `state.rs` for why so few).
 ///
-/// A request waits at most [`PREP_WAIT`] for a slot, then gets a 429 instead of waiting behind
-/// a flood; and work whose client left while it waited (the handler's future dropped) is not
-/// started. Work once started runs to its end: a body is at most `--max-body-bytes`, and the
-/// costliest one (a megabyte of prompt text to tokenize) takes about a second.
+/// A request waits at most `--prep-wait-secs` for a slot, then gets a 429 instead of waiting
+/// behind a flood; and work whose client left while it waited (the handler's future dropped)
+/// is not started. Work once started runs to its end: a body is at most `--max-body-bytes`,
+/// and the costliest one (a megabyte of prompt text to tokenize) takes about half a second.
 pub(crate) async fn blocking<T: Send + 'static>(
     state: &AppState,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ApiError> {
-    let slot = tokio::time::timeout(PREP_WAIT, state.prep.clone().acquire_owned())
+    let wait = state.prep_wait;
+    let slot = tokio::time::timeout(wait, state.prep.clone().acquire_owned())
         .await
         .map_err(|_| {
             ApiError::overloaded(format!(
-                "every request-preparation slot has been busy for {PREP_WAIT:?}; retry shortly"
+                "every request-preparation slot has been busy for {wait:?} (--prep-wait-secs); retry shortly"
             ))
         })?
         .map_err(|e| ApiError::internal(format!("request processing failed: {e}")))?;
@@ -56,9 +57,6 @@ pub(crate) async fn blocking<T: Send + 'static>(
     // Skipped only once this future was dropped, when nobody reads the result.
     done.ok_or_else(|| ApiError::internal("request processing was skipped".to_string()))
 }
-
-/// Longest a request waits for a preparation slot.
-const PREP_WAIT: Duration = Duration::from_secs(10);
 
 /// Set when the handler's future is dropped before its blocking work finished: the client
 /// left, and work not yet started is skipped.
