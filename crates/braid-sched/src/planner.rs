@@ -323,11 +323,7 @@ impl Scheduler {
         if want.len == 0 {
             return;
         }
-        let min_len = if self.cfg.chunked_prefill {
-            1
-        } else {
-            want.len
-        };
+        let min_len = self.least_slice(&want);
         while self.block_limit(id) < min_len {
             if !self.preempt_younger_unscheduled(id, plan) {
                 break;
@@ -357,11 +353,7 @@ impl Scheduler {
         }
         let (reused, copy) = self.reuse_cached_prefix(id);
         let want = self.slice_len(id, budget);
-        let min_len = if self.cfg.chunked_prefill {
-            1
-        } else {
-            want.len
-        };
+        let min_len = self.least_slice(&want);
         let len = want.len.min(self.block_limit(id));
         if want.len == 0 || len < min_len {
             self.return_cached_prefix(id);
@@ -456,6 +448,16 @@ impl Scheduler {
             len = len.min(Self::SCORED_ROWS_PER_STEP);
         }
         Slice { len, starving }
+    }
+
+    /// The shortest slice worth scheduling of `want`: one token with chunked prefill, the
+    /// whole prompt without.
+    fn least_slice(&self, want: &Slice) -> usize {
+        if self.cfg.chunked_prefill {
+            1
+        } else {
+            want.len
+        }
     }
 
     /// Most rows of a scored prompt ([`Scheduler::score_prompt`]) fed in one step: each also runs the output layer
