@@ -198,6 +198,11 @@ impl Engine {
                     self.finish(id, reason, completion_tokens, None);
                 }
             }
+            EngineMessage::FlushPrefixCache(answer) => {
+                let dropped = self.sched.flush_prefix_cache();
+                tracing::info!(dropped, "prefix cache flushed");
+                let _ = answer.send(dropped);
+            }
         }
     }
 

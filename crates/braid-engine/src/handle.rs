@@ -39,6 +39,8 @@ pub enum EngineMessage {
         reason: FinishReason,
         completion_tokens: usize,
     },
+    /// Drop the prefix cache's unheld blocks and answer how many went.
+    FlushPrefixCache(tokio::sync::oneshot::Sender<usize>),
 }
 
 /// What the engine thread publishes after every step, the waiting queue, and the server's
@@ -154,6 +156,24 @@ impl EngineHandle {
             reason,
             completion_tokens,
         });
+    }
+
+    /// Drops the prefix cache's blocks no sequence holds, between steps; how many went, or
+    /// None when the engine is gone.
+    pub async fn flush_prefix_cache(&self) -> Option<usize> {
+        let (answer, dropped) = tokio::sync::oneshot::channel();
+        self.tx.send(EngineMessage::FlushPrefixCache(answer)).ok()?;
+        dropped.await.ok()
+    }
+
+    /// Tokens per KV block (the prefix cache's unit).
+    pub fn block_size(&self) -> usize {
+        self.sched.block_size
+    }
+
+    /// Tokens the KV pool holds.
+    pub fn pool_tokens(&self) -> usize {
+        self.sched.pool_tokens()
     }
 
     pub fn stats(&self) -> EngineStats {

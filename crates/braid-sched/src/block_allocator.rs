@@ -240,6 +240,21 @@ impl BlockAllocator {
         }
     }
 
+    /// Drops every cached block nobody holds from the prefix cache (a router's cache flush);
+    /// blocks sequences hold stay cached, since their holders still read them. Returns how
+    /// many were dropped.
+    pub fn drop_unheld_cached(&mut self) -> usize {
+        let dropped = std::mem::take(&mut self.evictable);
+        for &b in dropped.values() {
+            let hash = self.hash_of[b as usize]
+                .take()
+                .expect("evictable block is cached");
+            self.by_hash.remove(&hash);
+            self.free_list.push(b);
+        }
+        dropped.len()
+    }
+
     /// Blocks needed to hold `tokens` positions with `block_size` tokens per block.
     pub fn blocks_for(tokens: usize, block_size: usize) -> usize {
         tokens.div_ceil(block_size)
@@ -271,6 +286,22 @@ mod tests {
         a.free(&y);
         assert_eq!(a.num_free(), 8);
         assert_eq!(a.usage(), 0.0);
+    }
+
+    #[test]
+    fn a_flush_drops_unheld_cached_blocks_and_keeps_held_ones() {
+        let mut a = BlockAllocator::new(4);
+        let blocks = a.allocate(3).unwrap();
+        for (i, &b) in blocks.iter().enumerate() {
+            assert!(a.register(b, i as BlockHash + 1));
+        }
+        a.free(&blocks[1..]);
+        assert_eq!((a.num_cached(), a.num_evictable()), (3, 2));
+        assert_eq!(a.drop_unheld_cached(), 2);
+        assert_eq!((a.num_cached(), a.num_evictable(), a.num_free()), (1, 0, 3));
+        assert_eq!(a.lookup(1), Some(blocks[0]));
+        assert_eq!(a.lookup(2), None);
+        assert_eq!(a.allocate(3).map(|b| b.len()), Some(3));
     }
 
     #[test]

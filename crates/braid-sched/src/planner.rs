@@ -644,6 +644,11 @@ impl Scheduler {
     }
 
     /// Fraction of KV blocks in use.
+    /// Drops the prefix cache's blocks no sequence holds; returns how many.
+    pub fn flush_prefix_cache(&mut self) -> usize {
+        self.allocator.drop_unheld_cached()
+    }
+
     pub fn kv_usage(&self) -> f64 {
         self.allocator.usage()
     }

@@ -12,7 +12,8 @@ use crate::auth::require_key;
 use crate::error::{ApiError, ErrorMessage};
 use crate::openapi::openapi_json;
 use crate::routes::{
-    chat, completions, dashboard, fallback, health, metrics_route, models, tokenize, tokenizer_info,
+    chat, completions, dashboard, fallback, health, metrics_route, models, render, tokenize,
+    tokenizer_info, worker,
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -31,12 +32,19 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
     let routes = Router::new()
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions/render", post(render::render_completion))
+        .route("/v1/chat/completions/render", post(render::render_chat))
         .route("/v1/models", get(models::list_models))
         .route("/v1/models/{id}", get(models::get_model))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .route("/tokenizer_info", get(tokenizer_info::tokenizer_info))
         .route("/health", get(health::health))
+        .route("/health_generate", get(worker::health_generate))
+        .route("/get_load", get(worker::get_load))
+        .route("/get_server_info", get(worker::get_server_info))
+        .route("/get_model_info", get(worker::get_model_info))
+        .route("/flush_cache", post(worker::flush_cache))
         .route("/metrics", get(metrics_route::metrics))
         .route("/dashboard", get(dashboard::dashboard))
         .route("/debug/steps", get(dashboard::steps))

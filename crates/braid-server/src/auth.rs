@@ -1,7 +1,8 @@
 //! API keys: who may call the server.
 //!
 //! With `--api-key` (or `BRAID_API_KEY`), every route needs `Authorization: Bearer KEY`
-//! except the few that are open on purpose: `/health` (probes), `/metrics` (scrapers; closed
+//! except the few that are open on purpose: `/health` (probes), `/get_load` (vllm-router polls
+//! it without a key, and it holds two counts that /metrics also shows), `/metrics` (scrapers; closed
 //! too with `--protect-metrics`), `/dashboard` (a static page that holds no data) and
 //! `/openapi.json` (the public contract). The allowlist is of open routes, so a route added
 //! later is protected unless someone opens it here.
@@ -25,7 +26,7 @@ use std::str::FromStr;
 use subtle::{Choice, ConstantTimeEq};
 
 /// Routes anyone may call, keys or not (`/metrics` only without `--protect-metrics`).
-const OPEN_ROUTES: &[&str] = &["/health", "/dashboard", "/openapi.json"];
+const OPEN_ROUTES: &[&str] = &["/health", "/get_load", "/dashboard", "/openapi.json"];
 
 /// The one route that also accepts the key in its query string (for `EventSource`).
 const QUERY_KEY_ROUTE: &str = "/debug/steps";

@@ -1,7 +1,8 @@
 //! One request's life after validation, shared by both endpoints and both response modes.
 //!
 //! `Generation` submits to the engine, then turns engine events into `Chunk`s of text:
-//! it detokenizes incrementally (never splitting a UTF-8 character, skipping special tokens),
+//! it detokenizes incrementally (never splitting a UTF-8 character, skipping special tokens
+//! unless asked not to),
 //! applies stop strings, enforces the per-request deadline, and writes the one log line per
 //! request when it is dropped, whether it finished, failed or its client went away.
 //!
@@ -69,6 +70,7 @@ pub struct Generation {
     /// None once the generation has ended (dropping it cancels the engine's sequence).
     events: Option<UnboundedReceiver<EngineEvent>>,
     decoder: IncrementalDecoder,
+    skip_special_tokens: bool,
     stops: StopMatcher,
     /// Text to put before the first chunk (`echo`).
     prefix: Option<String>,
@@ -128,7 +130,8 @@ impl Generation {
             model: ready.model.clone(),
             events: Some(rx),
             decoder: IncrementalDecoder::default(),
-            stops: StopMatcher::new(req.stop_strings),
+            skip_special_tokens: req.skip_special_tokens,
+            stops: StopMatcher::new(req.stop_strings, req.keep_stop_string),
             prefix: req.echo,
             prompt_scored: Vec::new(),
             prompt_tokens,
@@ -176,7 +179,9 @@ impl Generation {
             EngineEvent::Token { token, finished } => {
                 self.completion_tokens += 1;
                 self.first_token.get_or_insert_with(Instant::now);
-                let piece = self.decoder.push(&self.model.tokenizer, token.token, true);
+                let piece =
+                    self.decoder
+                        .push(&self.model.tokenizer, token.token, self.skip_special_tokens);
                 match (self.stops.push(&piece), finished) {
                     (StopOutcome::Stopped(text), finished) => {
                         self.ended = Some((Instant::now(), Outcome::Finished(FinishReason::Stop)));

@@ -107,6 +107,9 @@ fn fake_server_with_pool(
                         }));
                     }
                 }
+                EngineMessage::FlushPrefixCache(answer) => {
+                    let _ = answer.send(0);
+                }
             }
         }
     });
@@ -145,6 +148,8 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         max_tokens,
         params: SamplingParams::greedy(),
         stop_strings: stops.iter().map(|s| s.to_string()).collect(),
+        keep_stop_string: false,
+        skip_special_tokens: true,
         stop_token_ids: vec![],
         stream: false,
         include_usage: false,

@@ -7,7 +7,9 @@
 //! no-op. Deciding what is acceptable, with a message that names the field and the bound,
 //! is `validation.rs`'s job, not serde's.
 
-use crate::request_fields::RequestFields;
+use crate::request_fields::{
+    AtDefault, RequestFields, CHAT_AT_DEFAULT, GENERATION_AT_DEFAULT, TOKENIZE_AT_DEFAULT,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -79,6 +81,13 @@ macro_rules! with_sampling_fields {
                 /// vLLM extra: token ids that end generation, besides the model's end-of-text ids.
                 #[schema(value_type = Option<Vec<u32>>)]
                 stop_token_ids: Option<Vec<i64>>,
+                /// vLLM: a matched stop string stays at the end of the text (default false).
+                include_stop_str_in_output: Option<bool>,
+                /// SGLang's name for `include_stop_str_in_output` (default false).
+                no_stop_trim: Option<bool>,
+                /// false: special tokens the model writes (other than the one that stops it)
+                /// stay in the text (default true: left out).
+                skip_special_tokens: Option<bool>,
                 presence_penalty: Option<f64>,
                 frequency_penalty: Option<f64>,
                 repetition_penalty: Option<f64>,
@@ -143,10 +152,6 @@ macro_rules! request_with_sampling {
             $($(#[$smeta])* pub $sfield: $sty,)*
         }
 
-        impl RequestFields for $name {
-            const OPENAI_BODY: bool = true;
-        }
-
         impl $name {
             pub fn sampling(&self) -> SamplingFields {
                 SamplingFields {
@@ -175,8 +180,16 @@ with_sampling_fields!(request_with_sampling! {
         pub best_of: Option<i64>,
         /// Not supported (no fill-in-the-middle): omit it or send null.
         pub suffix: Option<String>,
+        /// false: no BOS in front of a text prompt, even where the model's tokenizer asks for
+        /// one (default true).
+        pub add_special_tokens: Option<bool>,
     }
 });
+
+impl RequestFields for CompletionRequest {
+    const OPENAI_BODY: bool = true;
+    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[GENERATION_AT_DEFAULT];
+}
 
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct ChatMessageIn {
@@ -257,8 +270,18 @@ with_sampling_fields!(request_with_sampling! {
         pub tool_choice: Option<Value>,
         /// Whether an answer may hold several calls (default true).
         pub parallel_tool_calls: Option<bool>,
+        /// vLLM: end the prompt with the assistant's turn opener (default true).
+        pub add_generation_prompt: Option<bool>,
+        /// vLLM: the last message is the assistant's and the answer continues it; the prompt
+        /// ends where its content does (default false; not with `add_generation_prompt`).
+        pub continue_final_message: Option<bool>,
     }
 });
+
+impl RequestFields for ChatCompletionRequest {
+    const OPENAI_BODY: bool = true;
+    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[GENERATION_AT_DEFAULT, CHAT_AT_DEFAULT];
+}
 
 // ---------------------------------------------------------------- responses
 
@@ -469,6 +492,9 @@ pub struct TokenizeRequest {
     pub messages: Option<Vec<ChatMessageIn>>,
     /// With `messages`: end the rendering with the assistant's turn opener (default true).
     pub add_generation_prompt: Option<bool>,
+    /// With `messages`: end the rendering where the last (assistant) message's content ends,
+    /// as a chat request with `continue_final_message` does (default false).
+    pub continue_final_message: Option<bool>,
     /// With `messages`: the functions the prompt offers, rendered as a chat request with
     /// `tool_choice: "auto"` renders them.
     pub tools: Option<Vec<ToolIn>>,
@@ -477,13 +503,39 @@ pub struct TokenizeRequest {
     pub add_special_tokens: Option<bool>,
 }
 
-impl RequestFields for TokenizeRequest {}
+impl RequestFields for TokenizeRequest {
+    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[TOKENIZE_AT_DEFAULT];
+}
 
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct TokenizeResponse {
     pub tokens: Vec<u32>,
     pub count: usize,
     pub max_model_len: usize,
+}
+
+/// A generation request as the render endpoints give it, in vLLM's `GenerateRequest` shape:
+/// the prompt's token ids as the request would be read, and how it would be sampled.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct RenderedRequest {
+    pub request_id: String,
+    pub token_ids: Vec<u32>,
+    /// The token ids as text, special tokens included (braid's addition).
+    pub prompt: String,
+    /// Always null: braid's models read text only.
+    #[schema(value_type = Option<Object>)]
+    pub features: Option<Value>,
+    /// The validated sampling and stopping settings, under vLLM's names.
+    #[schema(value_type = Object)]
+    pub sampling_params: Value,
+    pub model: String,
+    pub stream: bool,
+    #[schema(value_type = Option<Object>)]
+    pub stream_options: Option<Value>,
+    pub cache_salt: Option<String>,
+    pub priority: i64,
+    #[schema(value_type = Option<Object>)]
+    pub kv_transfer_params: Option<Value>,
 }
 
 /// GET /tokenizer_info, in vLLM's shape (Hugging Face's tokenizer-config names).

@@ -10,9 +10,12 @@ use crate::field_bounds::{CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, SAMPLING_FIE
 use crate::openai_types::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
     CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
-    TokenizeRequest, TokenizeResponse, TokenizerInfoResponse,
+    RenderedRequest, TokenizeRequest, TokenizeResponse, TokenizerInfoResponse,
 };
-use crate::request_fields::{ACCEPTED_MESSAGE_NOOPS, ACCEPTED_NOOPS, UNSUPPORTED};
+use crate::request_fields::{
+    AtDefault, ACCEPTED_MESSAGE_NOOPS, ACCEPTED_NOOPS, CHAT_AT_DEFAULT, GENERATION_AT_DEFAULT,
+    TOKENIZE_AT_DEFAULT, UNSUPPORTED,
+};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
@@ -31,12 +34,19 @@ use utoipa::{Modify, OpenApi};
     paths(
         completions,
         chat_completions,
+        render_completion,
+        render_chat,
         list_models,
         get_model,
         tokenize,
         detokenize,
         tokenizer_info,
         health,
+        health_generate,
+        get_load,
+        get_server_info,
+        get_model_info,
+        flush_cache,
         metrics
     ),
     components(schemas(ErrorBody, CompletionResponse, ChatCompletionChunk)),
@@ -130,8 +140,9 @@ fn document_bounds(doc: &mut Value) {
 }
 
 /// Writes `request_fields`' groups into the document: request bodies take no properties
-/// besides those listed, the accepted no-ops are listed as such, and the refused OpenAI
-/// fields are named in the description with their reasons.
+/// besides those listed, the accepted no-ops and the fields accepted at their default only
+/// are listed as such, and the refused OpenAI fields are named in the description with their
+/// reasons.
 fn document_field_groups(doc: &mut Value) {
     let noops = |list: &[(&str, &str)]| {
         list.iter()
@@ -142,15 +153,43 @@ fn document_field_groups(doc: &mut Value) {
             })
             .collect::<Vec<_>>()
     };
+    let at_default = |lists: &[&[AtDefault]]| {
+        lists
+            .iter()
+            .flat_map(|l| l.iter())
+            .map(|f| {
+                let default: Value = serde_json::from_str(f.default).expect("defaults are JSON");
+                let described = json!({
+                    "description": format!("vLLM/SGLang field, accepted only at its default (or null): {}.", f.why),
+                    "default": default,
+                    "enum": [default, null],
+                });
+                (f.name.to_string(), described)
+            })
+            .collect::<Vec<_>>()
+    };
+    let with = |mut a: Vec<(String, Value)>, b: Vec<(String, Value)>| {
+        a.extend(b);
+        a
+    };
     let groups = [
-        ("CompletionRequest", noops(ACCEPTED_NOOPS)),
-        ("ChatCompletionRequest", noops(ACCEPTED_NOOPS)),
+        (
+            "CompletionRequest",
+            with(noops(ACCEPTED_NOOPS), at_default(&[GENERATION_AT_DEFAULT])),
+        ),
+        (
+            "ChatCompletionRequest",
+            with(
+                noops(ACCEPTED_NOOPS),
+                at_default(&[GENERATION_AT_DEFAULT, CHAT_AT_DEFAULT]),
+            ),
+        ),
         ("ChatMessageIn", noops(ACCEPTED_MESSAGE_NOOPS)),
         ("ToolCallIn", vec![]),
         ("FunctionCallIn", vec![]),
         ("ToolIn", vec![]),
         ("FunctionDefinition", vec![]),
-        ("TokenizeRequest", vec![]),
+        ("TokenizeRequest", at_default(&[TOKENIZE_AT_DEFAULT])),
         ("DetokenizeRequest", vec![]),
     ];
     for (schema, extra) in groups {
@@ -245,6 +284,36 @@ fn completions() {}
 fn chat_completions() {}
 
 #[utoipa::path(
+    post,
+    path = "/v1/completions/render",
+    tag = "generation",
+    description = "vLLM's endpoint, which cache-aware routers call: the body of a /v1/completions request, validated as that endpoint validates it, answered with each prompt's token ids (one item per prompt) instead of a completion.",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "One rendered request per prompt", body = Vec<RenderedRequest>),
+        JsonPostErrors,
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn render_completion() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions/render",
+    tag = "generation",
+    description = "vLLM's endpoint, which cache-aware routers call: the body of a /v1/chat/completions request, validated as that endpoint validates it, answered with the rendered conversation's token ids instead of an answer.",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The rendered request", body = RenderedRequest),
+        JsonPostErrors,
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn render_chat() {}
+
+#[utoipa::path(
     get,
     path = "/v1/models",
     tag = "models",
@@ -331,6 +400,78 @@ fn health() {}
 
 #[utoipa::path(
     get,
+    path = "/health_generate",
+    tag = "operations",
+    description = "SGLang's health check, which routers may proxy: answers 200 once the model has written one token.",
+    responses(
+        (status = 200, description = "`{\"status\": \"ok\"}`", body = serde_json::Value),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn health_generate() {}
+
+#[utoipa::path(
+    get,
+    path = "/get_load",
+    tag = "operations",
+    description = "For routers (vllm-router's `power_of_two` polls it): `load` is the requests running plus waiting. Open without a key, like /health.",
+    responses(
+        (status = 200, description = "`{\"load\", \"num_running\", \"num_waiting\", \"kv_cache_usage\"}`", body = serde_json::Value),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    )
+)]
+#[allow(dead_code)]
+fn get_load() {}
+
+#[utoipa::path(
+    get,
+    path = "/get_server_info",
+    tag = "operations",
+    description = "For routers (vllm-router's `kv_aware` reads `model_id` and `kv_block_size`).",
+    responses(
+        (status = 200, description = "`{\"model_id\", \"served_model_name\", \"kv_block_size\", \"max_model_len\", \"max_total_num_tokens\", \"version\"}`", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn get_server_info() {}
+
+#[utoipa::path(
+    get,
+    path = "/get_model_info",
+    tag = "operations",
+    description = "SGLang's model info, which routers proxy.",
+    responses(
+        (status = 200, description = "`{\"model_path\", \"tokenizer_path\", \"is_generation\"}`", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn get_model_info() {}
+
+#[utoipa::path(
+    post,
+    path = "/flush_cache",
+    tag = "operations",
+    description = "Drops every prefix-cache block no running request holds (vllm-router sends it to every worker). Takes no body.",
+    responses(
+        (status = 200, description = "`{\"status\": \"ok\", \"dropped_blocks\": N}`", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn flush_cache() {}
+
+#[utoipa::path(
+    get,
     path = "/metrics",
     tag = "operations",
     responses(
@@ -354,6 +495,8 @@ mod tests {
         for p in [
             "/v1/completions",
             "/v1/chat/completions",
+            "/v1/completions/render",
+            "/v1/chat/completions/render",
             "/v1/models",
             "/v1/models/{id}",
             "/tokenize",
@@ -394,6 +537,24 @@ mod tests {
             .unwrap()
             .contains("no effect"));
         assert_eq!(schemas["CompletionRequest"]["additionalProperties"], false);
+        assert_eq!(completion["return_hidden_states"]["default"], false);
+        assert!(completion.get("separate_reasoning").is_none());
+        let chat = &schemas["ChatCompletionRequest"]["properties"];
+        for field in [
+            "no_stop_trim",
+            "skip_special_tokens",
+            "ignore_eos",
+            "return_hidden_states",
+            "continue_final_message",
+            "separate_reasoning",
+            "stream_reasoning",
+            "include_reasoning",
+        ] {
+            assert!(chat.get(field).is_some(), "ChatCompletionRequest.{field}");
+        }
+        assert!(schemas["TokenizeRequest"]["properties"]
+            .get("continue_final_message")
+            .is_some());
         assert!(doc["info"]["description"]
             .as_str()
             .unwrap()

@@ -7,6 +7,9 @@
 //! - honored: the fields the request types declare (`openai_types.rs`);
 //! - accepted and documented as having no effect ([`ACCEPTED_NOOPS`]): bookkeeping that
 //!   changes nothing about the answer (`user`, `metadata`, `store`, ...);
+//! - accepted only at their default ([`AtDefault`]): vLLM's and SGLang's fields for what
+//!   braid does not do. Routers and clients written for those servers send them at their
+//!   defaults, which ask for nothing; any other value is refused, naming the field;
 //! - refused with 400 `unsupported_parameter` naming the field: the ones OpenAI defines that
 //!   braid cannot honor ([`UNSUPPORTED`], with the reason), and anything unknown.
 //!
@@ -33,6 +36,165 @@ pub const ACCEPTED_NOOPS: &[(&str, &str)] = &[
     (
         "prompt_cache_key",
         "braid's prefix cache matches by content, without a key",
+    ),
+];
+
+/// A vLLM or SGLang field braid accepts at its default only.
+#[derive(Clone, Copy, Debug)]
+pub struct AtDefault {
+    pub name: &'static str,
+    /// The default, as JSON. `null` and absence are the default too; where the default is
+    /// null, so are an empty object and an empty array.
+    pub default: &'static str,
+    /// Why another value cannot be honored.
+    pub why: &'static str,
+}
+
+const fn at_default(name: &'static str, default: &'static str, why: &'static str) -> AtDefault {
+    AtDefault { name, default, why }
+}
+
+/// Both generation endpoints' (and their render endpoints').
+pub const GENERATION_AT_DEFAULT: &[AtDefault] = &[
+    at_default(
+        "return_hidden_states",
+        "false",
+        "braid answers with text, not hidden states",
+    ),
+    at_default("min_tokens", "0", "braid has no minimum answer length"),
+    at_default(
+        "spaces_between_special_tokens",
+        "true",
+        "special tokens are written as the tokenizer decodes them",
+    ),
+    at_default("use_beam_search", "false", "braid has no beam search"),
+    at_default(
+        "length_penalty",
+        "1.0",
+        "it weighs beams, and braid has no beam search",
+    ),
+    at_default("priority", "0", "braid schedules without priorities"),
+    at_default(
+        "truncate_prompt_tokens",
+        "null",
+        "braid refuses a prompt that does not fit rather than cutting it",
+    ),
+    at_default(
+        "return_tokens_as_token_ids",
+        "false",
+        "logprobs name tokens by their text",
+    ),
+    at_default(
+        "cache_salt",
+        "null",
+        "braid's prefix cache is shared by every request",
+    ),
+    at_default("lora_path", "null", "braid serves no LoRA adapters"),
+    at_default("lora_name", "null", "braid serves no LoRA adapters"),
+    at_default("session_params", "null", "braid keeps no sessions"),
+    at_default(
+        "regex",
+        "null",
+        "send `structured_outputs: {\"regex\": ...}` or `guided_regex`",
+    ),
+    at_default(
+        "ebnf",
+        "null",
+        "send `structured_outputs: {\"grammar\": ...}` or `guided_grammar`",
+    ),
+    at_default(
+        "json_schema",
+        "null",
+        "send `response_format` or `structured_outputs`",
+    ),
+    at_default(
+        "bad_words",
+        "null",
+        "braid bans tokens with `logit_bias` only",
+    ),
+    at_default(
+        "allowed_token_ids",
+        "null",
+        "braid restricts tokens with `logit_bias` only",
+    ),
+    at_default("detokenize", "true", "braid always answers with text"),
+    at_default(
+        "logits_processors",
+        "null",
+        "braid runs no custom logits processors",
+    ),
+    at_default(
+        "kv_transfer_params",
+        "null",
+        "braid does not split prompt reading from decoding",
+    ),
+];
+
+/// /v1/chat/completions' (and its render endpoint's).
+pub const CHAT_AT_DEFAULT: &[AtDefault] = &[
+    at_default(
+        "separate_reasoning",
+        "true",
+        "braid does not yet read a model's reasoning apart from its answer",
+    ),
+    at_default(
+        "stream_reasoning",
+        "true",
+        "braid does not yet read a model's reasoning apart from its answer",
+    ),
+    at_default(
+        "include_reasoning",
+        "true",
+        "braid does not yet read a model's reasoning apart from its answer",
+    ),
+    at_default(
+        "echo",
+        "false",
+        "a chat answer does not repeat the conversation",
+    ),
+    at_default(
+        "add_special_tokens",
+        "false",
+        "the chat template and the model's tokenizer settings place the special tokens",
+    ),
+    at_default(
+        "chat_template",
+        "null",
+        "the served template is the model's or `braid serve --chat-template`",
+    ),
+    at_default(
+        "chat_template_kwargs",
+        "null",
+        "the chat template renders with braid's variables only",
+    ),
+    at_default(
+        "documents",
+        "null",
+        "the chat templates braid renders take no documents",
+    ),
+    at_default(
+        "mm_processor_kwargs",
+        "null",
+        "braid's models read text only",
+    ),
+];
+
+/// /tokenize's, as routers send them.
+pub const TOKENIZE_AT_DEFAULT: &[AtDefault] = &[
+    at_default(
+        "chat_template",
+        "null",
+        "the served template is the model's or `braid serve --chat-template`",
+    ),
+    at_default(
+        "chat_template_kwargs",
+        "null",
+        "the chat template renders with braid's variables only",
+    ),
+    at_default(
+        "return_token_strs",
+        "false",
+        "braid answers with token ids; /detokenize gives text",
     ),
 ];
 
@@ -80,6 +242,8 @@ pub trait RequestFields: DeserializeOwned {
     /// True for the generation endpoints, whose bodies OpenAI clients fill with extras; the
     /// other endpoints (tokenize, detokenize) refuse any field they do not declare.
     const OPENAI_BODY: bool = false;
+    /// The fields accepted at their default only.
+    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[];
 }
 
 /// Deserializes `bytes` as `T` once more and refuses the first field that is neither
@@ -93,12 +257,50 @@ pub fn check<T: RequestFields>(bytes: &[u8]) -> Result<(), ApiError> {
     if parsed.is_err() {
         return Ok(());
     }
+    let mut body: Option<serde_json::Value> = None;
     for path in skipped {
+        if let [field] = path.as_slice() {
+            if let Some(known) = T::AT_DEFAULT
+                .iter()
+                .flat_map(|l| l.iter())
+                .find(|d| d.name == field)
+            {
+                let body = body.get_or_insert_with(|| {
+                    serde_json::from_slice(bytes).unwrap_or(serde_json::Value::Null)
+                });
+                if is_default(&body[field.as_str()], known.default) {
+                    continue;
+                }
+                return Err(not_default(known));
+            }
+        }
         if let Some(refusal) = refusal(&path, T::OPENAI_BODY) {
             return Err(refusal);
         }
     }
     Ok(())
+}
+
+/// Whether `value` asks for no more than `default` (JSON) does.
+fn is_default(value: &serde_json::Value, default: &str) -> bool {
+    use serde_json::Value;
+    let default: Value = serde_json::from_str(default).expect("defaults are JSON");
+    match (value, &default) {
+        (Value::Null, _) => true,
+        (Value::Object(o), Value::Null) => o.is_empty(),
+        (Value::Array(a), Value::Null) => a.is_empty(),
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (v, d) => v == d,
+    }
+}
+
+fn not_default(field: &AtDefault) -> ApiError {
+    ApiError::bad_request(format!(
+        "`{}` is accepted only at its default, {}: {}",
+        field.name, field.default, field.why
+    ))
+    .with_param(field.name)
+    .with_code("unsupported_parameter")
 }
 
 /// The path's keys and indices, without serde's markers for options and newtypes.
@@ -227,6 +429,61 @@ mod tests {
                 .unwrap()
                 .0,
             "user"
+        );
+    }
+
+    #[test]
+    fn router_fields_at_their_defaults_are_accepted() {
+        // vllm-router 0.1.17 re-serializes every request with these.
+        let completion = r#"{"prompt": "x", "stream": false, "echo": false, "no_stop_trim": false,
+            "ignore_eos": false, "skip_special_tokens": true, "return_hidden_states": false}"#;
+        assert_eq!(refused::<CompletionRequest>(completion), None);
+        let chat = r#"{"messages": [{"role": "user", "content": "hi"}], "stream": false,
+            "logprobs": false, "no_stop_trim": false, "ignore_eos": false,
+            "continue_final_message": false, "skip_special_tokens": true,
+            "separate_reasoning": true, "stream_reasoning": true, "return_hidden_states": false,
+            "include_reasoning": true, "chat_template_kwargs": {}, "length_penalty": 1,
+            "priority": 0, "truncate_prompt_tokens": null}"#;
+        assert_eq!(refused::<ChatCompletionRequest>(chat), None);
+        let tokenize = r#"{"messages": [], "add_generation_prompt": true,
+            "continue_final_message": false, "chat_template_kwargs": null}"#;
+        assert_eq!(refused::<TokenizeRequest>(tokenize), None);
+    }
+
+    #[test]
+    fn router_fields_at_other_values_are_refused_by_name() {
+        for (body, field) in [
+            (
+                r#"{"prompt": "x", "return_hidden_states": true}"#,
+                "return_hidden_states",
+            ),
+            (r#"{"prompt": "x", "min_tokens": 3}"#, "min_tokens"),
+            (
+                r#"{"prompt": "x", "length_penalty": 0.5}"#,
+                "length_penalty",
+            ),
+            (r#"{"prompt": "x", "cache_salt": "s"}"#, "cache_salt"),
+        ] {
+            let (param, message) = refused::<CompletionRequest>(body).expect(body);
+            assert_eq!(param, field);
+            assert!(message.contains("only at its default"), "{message}");
+        }
+        let (param, _) =
+            refused::<ChatCompletionRequest>(r#"{"messages": [], "separate_reasoning": false}"#)
+                .unwrap();
+        assert_eq!(param, "separate_reasoning");
+        let (param, _) = refused::<ChatCompletionRequest>(
+            r#"{"messages": [], "chat_template_kwargs": {"enable_thinking": false}}"#,
+        )
+        .unwrap();
+        assert_eq!(param, "chat_template_kwargs");
+        // Chat's fields are not completions'.
+        let (param, message) =
+            refused::<CompletionRequest>(r#"{"prompt": "x", "separate_reasoning": true}"#).unwrap();
+        assert_eq!(param, "separate_reasoning");
+        assert!(
+            message.contains("not a field of this endpoint"),
+            "{message}"
         );
     }
 

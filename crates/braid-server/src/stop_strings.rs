@@ -17,16 +17,19 @@ pub enum StopOutcome {
 #[derive(Debug, Default)]
 pub struct StopMatcher {
     stops: Vec<String>,
+    /// The matched stop string ends the released text instead of being cut off.
+    keep_stop: bool,
     held: String,
     stopped: bool,
 }
 
 impl StopMatcher {
     /// `stops` must not contain the empty string (validation rejects it).
-    pub fn new(stops: Vec<String>) -> Self {
+    pub fn new(stops: Vec<String>, keep_stop: bool) -> Self {
         debug_assert!(stops.iter().all(|s| !s.is_empty()));
         Self {
             stops,
+            keep_stop,
             held: String::new(),
             stopped: false,
         }
@@ -47,15 +50,16 @@ impl StopMatcher {
         self.held.push_str(text);
         // The held text never contains a whole stop string, so the earliest match in the
         // buffer is the earliest match in the stream.
+        // Of two starting at the same place, the shorter is the one the stream completed first.
         let first = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s.len())))
             .min();
-        if let Some(at) = first {
+        if let Some((at, len)) = first {
             self.stopped = true;
             let mut before = std::mem::take(&mut self.held);
-            before.truncate(at);
+            before.truncate(if self.keep_stop { at + len } else { at });
             return StopOutcome::Stopped(before);
         }
         let keep = self.longest_partial_suffix();
@@ -96,7 +100,7 @@ mod tests {
 
     /// Feeds pieces, returns (everything emitted, whether it stopped).
     fn run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
-        let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
+        let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect(), false);
         let mut out = String::new();
         for p in pieces {
             match m.push(p) {
@@ -132,7 +136,7 @@ mod tests {
 
     #[test]
     fn partial_match_is_held_then_released() {
-        let mut m = StopMatcher::new(vec!["abc".into()]);
+        let mut m = StopMatcher::new(vec!["abc".into()], false);
         assert_eq!(m.push("xa"), StopOutcome::Continue("x".into()));
         assert_eq!(m.push("b"), StopOutcome::Continue("".into()));
         assert_eq!(m.push("d"), StopOutcome::Continue("abd".into()));
@@ -162,15 +166,24 @@ mod tests {
     #[test]
     fn multibyte_text_is_never_split() {
         assert_eq!(run(&["é!"], &["café", "!"]), ("caf".into(), true));
-        let mut m = StopMatcher::new(vec!["ék".into()]);
+        let mut m = StopMatcher::new(vec!["ék".into()], false);
         assert_eq!(m.push("aé"), StopOutcome::Continue("a".into()));
         assert_eq!(m.push("x"), StopOutcome::Continue("éx".into()));
     }
 
     #[test]
     fn nothing_after_a_stop() {
-        let mut m = StopMatcher::new(vec!["x".into()]);
+        let mut m = StopMatcher::new(vec!["x".into()], false);
         assert_eq!(m.push("axb"), StopOutcome::Stopped("a".into()));
         assert_eq!(m.push("more"), StopOutcome::Stopped("".into()));
+    }
+
+    #[test]
+    fn a_kept_stop_string_ends_the_text() {
+        let mut m = StopMatcher::new(vec!["User:".into(), "\n".into()], true);
+        assert_eq!(m.push("Hi Us"), StopOutcome::Continue("Hi ".into()));
+        assert_eq!(m.push("er: more"), StopOutcome::Stopped("User:".into()));
+        let mut m = StopMatcher::new(vec!["ab".into(), "a".into()], true);
+        assert_eq!(m.push("xab"), StopOutcome::Stopped("xa".into()));
     }
 }

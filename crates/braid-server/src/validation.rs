@@ -18,8 +18,8 @@ mod prompt;
 mod sampling;
 
 pub use limits::{Limits, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_TOKEN_IDS};
-pub use messages::chat_prompt;
-pub use prompt::known_token_ids;
+pub use messages::{chat_prompt, ChatEnd};
+pub use prompt::{encode, known_token_ids};
 
 use crate::error::ValidationError;
 use crate::field_bounds::{LOGPROBS, MAX_CHOICES, PROMPT_LOGPROBS, TOP_LOGPROBS};
@@ -42,6 +42,10 @@ pub struct ValidatedRequest {
     pub max_tokens: usize,
     pub params: SamplingParams,
     pub stop_strings: Vec<String>,
+    /// A matched stop string stays at the end of the text.
+    pub keep_stop_string: bool,
+    /// Special tokens the model writes are left out of the text.
+    pub skip_special_tokens: bool,
     /// Sampling one of these ends generation (empty with `ignore_eos` and no `stop_token_ids`).
     pub stop_token_ids: Vec<u32>,
     pub stream: bool,
@@ -123,7 +127,8 @@ pub fn completion(
         .prompt
         .as_ref()
         .ok_or(ValidationError::Missing { field: "prompt" })?;
-    let prompts = prompts(raw, model, limits)?;
+    let bos = req.add_special_tokens.unwrap_or(true);
+    let prompts = prompts(raw, bos, model, limits)?;
     if prompts.len() * n > MAX_CHOICES {
         return Err(ValidationError::TooManyChoices {
             prompts: prompts.len(),
@@ -185,7 +190,8 @@ pub fn chat(
         .as_ref()
         .ok_or(ValidationError::Missing { field: "messages" })?;
     let rendered = tools.as_ref().map(|t| t.rendered.as_slice());
-    let prompt = chat_prompt(messages, rendered, true, model, limits.special_in_messages)?;
+    let end = ChatEnd::of(req.add_generation_prompt, req.continue_final_message)?;
+    let prompt = chat_prompt(messages, rendered, end, model, limits.special_in_messages)?;
     prompt_length("messages", prompt.len(), limits)?;
     let (field, requested) = match req.max_completion_tokens {
         Some(n) => ("max_completion_tokens", Some(n)),
@@ -202,6 +208,8 @@ pub fn chat(
 struct Decoding {
     params: SamplingParams,
     stop_strings: Vec<String>,
+    keep_stop_string: bool,
+    skip_special_tokens: bool,
     stop_token_ids: Vec<u32>,
     stream: bool,
     include_usage: bool,
@@ -229,6 +237,10 @@ impl Decoding {
             prompt_logprobs,
             params: sampling(f, logprobs, limits)?,
             stop_strings: stop_strings(f, limits)?,
+            // vLLM's name and SGLang's for the same choice: either asks for it.
+            keep_stop_string: f.include_stop_str_in_output == Some(true)
+                || f.no_stop_trim == Some(true),
+            skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
             stop_token_ids: stop_token_ids(f, model, limits)?,
             stream: f.stream.unwrap_or(false),
             include_usage: include_usage(f),
@@ -249,6 +261,8 @@ impl Decoding {
             max_tokens,
             params: self.params,
             stop_strings: self.stop_strings,
+            keep_stop_string: self.keep_stop_string,
+            skip_special_tokens: self.skip_special_tokens,
             stop_token_ids: self.stop_token_ids,
             stream: self.stream,
             include_usage: self.include_usage,

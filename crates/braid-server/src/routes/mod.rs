@@ -8,8 +8,10 @@ pub mod fallback;
 pub mod health;
 pub mod metrics_route;
 pub mod models;
+pub mod render;
 pub mod tokenize;
 pub mod tokenizer_info;
+pub mod worker;
 
 use crate::error::{ApiError, ValidationError};
 use crate::generation::{Collected, Generation};

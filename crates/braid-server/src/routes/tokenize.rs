@@ -22,19 +22,25 @@ pub async fn tokenize(
     let model = ready.model.clone();
     let special_in_messages = ready.limits.special_in_messages;
     let tokens = blocking(&state, move || match (&req.prompt, &req.messages) {
-        (Some(prompt), None) => if req.add_special_tokens.unwrap_or(true) {
-            model.tokenizer.encode_prompt(prompt)
-        } else {
-            model.tokenizer.encode(prompt)
+        (Some(prompt), None) => {
+            validation::encode(&model, prompt, req.add_special_tokens.unwrap_or(true))
         }
-        .map_err(|e| ValidationError::Tokenize(e.to_string())),
         (None, Some(messages)) => {
+            if req.add_special_tokens == Some(true) {
+                return Err(ValidationError::Unsupported {
+                    field: "add_special_tokens",
+                    reason: "with `messages`: the chat template and the model's tokenizer settings place the special tokens",
+                });
+            }
             let tools = tools::rendered(req.tools.as_deref().unwrap_or_default())?;
-            let generation_prompt = req.add_generation_prompt.unwrap_or(true);
+            let end = validation::ChatEnd::of(
+                req.add_generation_prompt,
+                req.continue_final_message,
+            )?;
             validation::chat_prompt(
                 messages,
                 tools.as_deref(),
-                generation_prompt,
+                end,
                 &model,
                 special_in_messages,
             )

@@ -10,13 +10,42 @@ use serde_json::{json, Value};
 
 type Result<T> = std::result::Result<T, ValidationError>;
 
+/// Where a rendered conversation ends (vLLM's `add_generation_prompt` and
+/// `continue_final_message`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChatEnd {
+    /// With the assistant's turn opener: the answer is a new turn (the default).
+    NewTurn,
+    /// As the template closes the last message, with nothing after it.
+    LastMessage,
+    /// Inside the last message, an assistant's, where its content ends: the answer continues it.
+    ContinueLast,
+}
+
+impl ChatEnd {
+    pub fn of(
+        add_generation_prompt: Option<bool>,
+        continue_final_message: Option<bool>,
+    ) -> Result<Self> {
+        match (add_generation_prompt, continue_final_message.unwrap_or(false)) {
+            (Some(true), true) => Err(ValidationError::Unsupported {
+                field: "continue_final_message",
+                reason: "with `add_generation_prompt: true`: a prompt either opens a new turn or continues the last; send `add_generation_prompt: false`",
+            }),
+            (_, true) => Ok(Self::ContinueLast),
+            (Some(false), false) => Ok(Self::LastMessage),
+            (_, false) => Ok(Self::NewTurn),
+        }
+    }
+}
+
 /// Renders `messages`, with `tools` (OpenAI's function objects) where the model may call
 /// them, with the model's chat template, and tokenizes the result. A template that does not
 /// render tools gets the conversation in the Hermes syntax as plain turns.
 pub fn chat_prompt(
     messages: &[ChatMessageIn],
     tools: Option<&[Value]>,
-    add_generation_prompt: bool,
+    end: ChatEnd,
     model: &LoadedModel,
     special_in_messages: bool,
 ) -> Result<Vec<u32>> {
@@ -40,6 +69,11 @@ pub fn chat_prompt(
             }
         }
     }
+    let continued = match end {
+        ChatEnd::ContinueLast => Some((continued_content(&msgs)?, msgs.len() - 1)),
+        _ => None,
+    };
+    let add_generation_prompt = end == ChatEnd::NewTurn;
     let template = chat_template(model)?;
     let rendered = if template.knows_tools() {
         template.render(&msgs, tools, add_generation_prompt)
@@ -50,7 +84,10 @@ pub fn chat_prompt(
             add_generation_prompt,
         )
     };
-    let text = rendered.map_err(|e| ValidationError::Template(e.to_string()))?;
+    let mut text = rendered.map_err(|e| ValidationError::Template(e.to_string()))?;
+    if let Some((content, index)) = continued {
+        text = ending_inside(text, content, index)?;
+    }
     let ids = model
         .tokenizer
         .encode_marked(&text, &marks)
@@ -68,6 +105,35 @@ pub fn chat_prompt(
         return Err(ValidationError::Empty { field: "messages" });
     }
     Ok(tokens)
+}
+
+/// The last message's content, which the answer continues: it must be the assistant's.
+fn continued_content(msgs: &[ChatMessage]) -> Result<String> {
+    let index = msgs.len() - 1;
+    let last = &msgs[index];
+    if last.role != "assistant" || last.content.is_empty() {
+        return Err(ValidationError::InvalidMessage {
+            index,
+            reason: "is the message `continue_final_message` continues, so it must be an assistant message with content".into(),
+        });
+    }
+    Ok(last.content.clone())
+}
+
+/// The rendered conversation cut where the last message's content ends, as vLLM cuts it: at
+/// the content's last occurrence (templates that trim the content match without its trailing
+/// whitespace), dropping the end-of-turn mark the template wrote after it.
+fn ending_inside(mut text: String, content: String, index: usize) -> Result<String> {
+    let end = [content.as_str(), content.trim_end()]
+        .into_iter()
+        .filter(|c| !c.is_empty())
+        .find_map(|c| text.rfind(c).map(|at| at + c.len()))
+        .ok_or_else(|| ValidationError::InvalidMessage {
+            index,
+            reason: "is the message `continue_final_message` continues, but the chat template does not render its content as written".into(),
+        })?;
+    text.truncate(end);
+    Ok(text)
 }
 
 pub(super) fn chat_template(model: &LoadedModel) -> Result<&ChatTemplate> {

@@ -10,17 +10,22 @@ use serde_json::Value;
 type Result<T> = std::result::Result<T, ValidationError>;
 
 /// A prompt's ids as the model reads them from its start: with BOS when the model asks for it.
-fn encode(model: &LoadedModel, text: &str) -> Result<Vec<u32>> {
-    model
-        .tokenizer
-        .encode_prompt(text)
-        .map_err(|e| ValidationError::Tokenize(e.to_string()))
+/// A text prompt's tokens, with BOS in front where the model's tokenizer asks for it and
+/// `bos` (the request's `add_special_tokens`) allows it.
+pub fn encode(model: &LoadedModel, text: &str, bos: bool) -> Result<Vec<u32>> {
+    if bos {
+        model.tokenizer.encode_prompt(text)
+    } else {
+        model.tokenizer.encode(text)
+    }
+    .map_err(|e| ValidationError::Tokenize(e.to_string()))
 }
 
 /// The prompts of `prompt`: one string or id list, or an array of them (as
 /// lm-evaluation-harness batches), each with its text when it was given as text.
 pub(super) fn prompts(
     raw: &Value,
+    bos: bool,
     model: &LoadedModel,
     limits: &Limits,
 ) -> Result<Vec<(Vec<u32>, Option<String>)>> {
@@ -34,14 +39,22 @@ pub(super) fn prompts(
                     n: 1,
                 });
             }
-            items.iter().map(|p| prompt(p, model, limits)).collect()
+            items
+                .iter()
+                .map(|p| prompt(p, bos, model, limits))
+                .collect()
         }
-        _ => Ok(vec![prompt(raw, model, limits)?]),
+        _ => Ok(vec![prompt(raw, bos, model, limits)?]),
     }
 }
 
 /// One prompt's tokens, and its text when it was given as text.
-fn prompt(raw: &Value, model: &LoadedModel, limits: &Limits) -> Result<(Vec<u32>, Option<String>)> {
+fn prompt(
+    raw: &Value,
+    bos: bool,
+    model: &LoadedModel,
+    limits: &Limits,
+) -> Result<(Vec<u32>, Option<String>)> {
     const SHAPE: &str =
         "a string, an array of token ids, or an array of strings or of token-id arrays";
     let wrong = ValidationError::WrongShape {
@@ -50,7 +63,7 @@ fn prompt(raw: &Value, model: &LoadedModel, limits: &Limits) -> Result<(Vec<u32>
     };
     match raw {
         Value::String(s) => {
-            let tokens = encode(model, s)?;
+            let tokens = encode(model, s, bos)?;
             if tokens.is_empty() {
                 return Err(ValidationError::Empty { field: "prompt" });
             }
@@ -63,7 +76,7 @@ fn prompt(raw: &Value, model: &LoadedModel, limits: &Limits) -> Result<(Vec<u32>
         Value::Array(items)
             if items.len() == 1 && (items[0].is_string() || items[0].is_array()) =>
         {
-            prompt(&items[0], model, limits)
+            prompt(&items[0], bos, model, limits)
         }
         _ => Err(wrong),
     }
