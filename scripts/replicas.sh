@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Runs N braid replicas on loopback ports behind nginx, the way one machine with many cores (or
-# several NUMA nodes) is best used: each replica its own engine and KV cache, nginx sending each
-# new request to the replica with the fewest open ones.
+# Runs N braid replicas on loopback ports behind a router, the way one machine with many cores
+# (or several NUMA nodes) is best used: each replica its own engine and KV cache.
 #
-#   scripts/replicas.sh N [braid serve flags...]
+#   scripts/replicas.sh [--router nginx|vllm-router] [--policy POLICY] N [braid serve flags...]
 #
-# nginx listens on $BRAID_PORT (default 8080, host $BRAID_HOST, default 127.0.0.1); replica i
+# The router is nginx (the default), sending each new request to the replica with the fewest
+# open ones, or vLLM's router (`vllm-router` 0.1.17, installed from PyPI into the project's
+# .venv on first use) with its --policy (default cache_aware; round_robin, power_of_two,
+# kv_aware, random, consistent_hash). vllm-router's cache_aware asks every replica to render
+# each request (/v1/chat/completions/render) and sends it where its prompt was sent before;
+# power_of_two polls each replica's /get_load. Its Prometheus metrics are on 127.0.0.1:
+# $BRAID_ROUTER_METRICS_PORT (default 29000), its log in $BRAID_REPLICAS_DIR/router.log.
+#
+# The router listens on $BRAID_PORT (default 8080, host $BRAID_HOST, default 127.0.0.1); replica i
 # listens on 127.0.0.1:$((BRAID_REPLICA_BASE_PORT + i)) (default 8081, 8082, ...). Each replica
 # gets $BRAID_REPLICA_THREADS compute threads (default: the cores divided among the replicas).
 # It stays in the foreground; Ctrl-C or SIGTERM stops nginx, then drains and stops every
@@ -20,10 +27,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+ROUTER=nginx
+POLICY=cache_aware
+usage() {
+  echo "usage: scripts/replicas.sh [--router nginx|vllm-router] [--policy POLICY] N [braid serve flags...]   (N >= 1 replicas)" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --router) [ $# -ge 2 ] || usage; ROUTER=$2; shift 2 ;;
+    --policy) [ $# -ge 2 ] || usage; POLICY=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+case "$ROUTER" in
+  nginx | vllm-router) ;;
+  *) echo "replicas: unknown --router $ROUTER (nginx or vllm-router)" >&2; exit 2 ;;
+esac
 N=${1:-}
 if ! [[ "$N" =~ ^[1-9][0-9]*$ ]]; then
-  echo "usage: scripts/replicas.sh N [braid serve flags...]   (N >= 1 replicas)" >&2
-  exit 2
+  usage
 fi
 shift
 
@@ -36,7 +59,15 @@ THREADS=${BRAID_REPLICA_THREADS:-$(( CORES / N > 0 ? CORES / N : 1 ))}
 RUN=${BRAID_REPLICAS_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/braid-replicas.XXXXXX")}
 mkdir -p "$RUN/tmp"
 
-if ! command -v nginx >/dev/null 2>&1; then
+VLLM_ROUTER_VERSION=0.1.17
+if [ "$ROUTER" = vllm-router ]; then
+  if ! .venv/bin/vllm-router --help >/dev/null 2>&1 \
+    || ! .venv/bin/pip show vllm-router 2>/dev/null | grep -qx "Version: $VLLM_ROUTER_VERSION"; then
+    echo "replicas: installing vllm-router==$VLLM_ROUTER_VERSION into .venv ..." >&2
+    [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+    .venv/bin/pip install --quiet --disable-pip-version-check "vllm-router==$VLLM_ROUTER_VERSION"
+  fi
+elif ! command -v nginx >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "replicas: installing Debian's nginx ..." >&2
     export DEBIAN_FRONTEND=noninteractive
@@ -46,7 +77,6 @@ if ! command -v nginx >/dev/null 2>&1; then
     exit 1
   fi
 fi
-NGINX=$(command -v nginx)
 if [ ! -x "$BIN" ]; then
   echo "replicas: $BIN not found; build it with: cargo build --release" >&2
   exit 1
@@ -58,6 +88,9 @@ stop() {
   rm -f "$RUN/ready"
   if [ -f "$RUN/nginx.pid" ]; then
     kill -QUIT "$(cat "$RUN/nginx.pid")" 2>/dev/null || true
+  fi
+  if [ -n "${router_pid:-}" ]; then
+    kill -TERM "$router_pid" 2>/dev/null || true
   fi
   for pid in "${pids[@]}"; do
     kill -TERM "$pid" 2>/dev/null || true
@@ -77,13 +110,60 @@ trap stop EXIT
 trap 'exit 0' INT TERM
 
 upstreams=""
+worker_urls=()
 for i in $(seq 0 $((N - 1))); do
   p=$((BASE + i))
   "$BIN" serve --host 127.0.0.1 --port "$p" --threads "$THREADS" "$@" >"$RUN/braid-$i.log" 2>&1 &
   pids+=("$!")
   echo "$!" >"$RUN/braid-$i.pid"
   upstreams+="        server 127.0.0.1:$p max_fails=1 fail_timeout=5s;"$'\n'
+  worker_urls+=("http://127.0.0.1:$p")
 done
+
+# Waits (up to 2 minutes) until URL answers, or exits saying WHAT stopped, with its log.
+wait_until_up() { # WHAT PID LOG URL
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$2" 2>/dev/null; then
+      echo "replicas: $1 exited; its log:" >&2
+      tail -n 20 "$3" >&2
+      exit 1
+    fi
+    if curl -fsS -o /dev/null "$4" 2>/dev/null; then
+      return
+    fi
+    sleep 0.2
+  done
+}
+
+wait_for_replicas() {
+  for i in $(seq 0 $((N - 1))); do
+    wait_until_up "replica $i" "${pids[$i]}" "$RUN/braid-$i.log" "http://127.0.0.1:$((BASE + i))/health"
+  done
+}
+
+if [ "$ROUTER" = vllm-router ]; then
+  # The router checks each replica's /health once a second: a replica that drains (503) or
+  # has exited is out of rotation within a second or two. A request it sent there meanwhile
+  # is retried with backoff over about 4 s, longer than that, so it lands on another replica
+  # instead of failing.
+  wait_for_replicas
+  METRICS_PORT=${BRAID_ROUTER_METRICS_PORT:-29000}
+  .venv/bin/vllm-router --host "$HOST" --port "$PORT" --worker-urls "${worker_urls[@]}" \
+    --policy "$POLICY" --prometheus-host 127.0.0.1 --prometheus-port "$METRICS_PORT" \
+    --worker-startup-check-interval 1 --health-check-interval-secs 1 \
+    --health-failure-threshold 1 --health-success-threshold 1 \
+    --retry-max-retries 8 --retry-initial-backoff-ms 100 --retry-max-backoff-ms 1000 \
+    --retry-backoff-multiplier 2 \
+    >"$RUN/router.log" 2>&1 &
+  router_pid=$!
+  echo "$router_pid" >"$RUN/router.pid"
+  wait_until_up vllm-router "$router_pid" "$RUN/router.log" "http://$HOST:$PORT/v1/models"
+  echo "replicas: $N replicas (ports $BASE..$((BASE + N - 1)), $THREADS threads each) behind vllm-router ($POLICY) on http://$HOST:$PORT, its metrics on 127.0.0.1:$METRICS_PORT; logs in $RUN" >&2
+  echo "ready" >"$RUN/ready"
+  wait
+  exit 0
+fi
+NGINX=$(command -v nginx)
 
 user_line=""
 if [ "$(id -u)" = 0 ]; then
@@ -142,20 +222,7 @@ EOF
 }
 "$NGINX" -c "$RUN/nginx.conf" -p "$RUN" &
 
-for i in $(seq 0 $((N - 1))); do
-  p=$((BASE + i))
-  for _ in $(seq 1 600); do
-    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
-      echo "replicas: replica $i exited; its log:" >&2
-      tail -n 20 "$RUN/braid-$i.log" >&2
-      exit 1
-    fi
-    if curl -fsS -o /dev/null "http://127.0.0.1:$p/health" 2>/dev/null; then
-      break
-    fi
-    sleep 0.2
-  done
-done
+wait_for_replicas
 echo "replicas: $N replicas (ports $BASE..$((BASE + N - 1)), $THREADS threads each) behind nginx on http://$HOST:$PORT; logs in $RUN" >&2
 echo "ready" >"$RUN/ready"
 wait

@@ -122,6 +122,7 @@ class Server:
 LONGEST_FILES = [
     "test_soak.py",
     "test_replicas.py",
+    "test_vllm_router.py",
     "test_kernels.py",
     "test_serving.py",
     "test_tools.py",

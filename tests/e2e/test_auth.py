@@ -15,8 +15,14 @@ PROTECTED = [
     ("GET", "/v1/models/SmolLM2-135M-Instruct.Q4_1", None),
     ("POST", "/tokenize", {"prompt": "hello"}),
     ("POST", "/detokenize", {"tokens": [1, 2]}),
+    ("POST", "/v1/chat/completions/render", {"messages": [{"role": "user", "content": "Hi"}]}),
+    ("POST", "/v1/completions/render", {"prompt": "Hi"}),
+    ("GET", "/get_server_info", None),
+    ("GET", "/get_model_info", None),
+    ("POST", "/flush_cache", None),
 ]
-OPEN = ["/health", "/dashboard", "/openapi.json"]
+# vllm-router polls /get_load without a key.
+OPEN = ["/health", "/get_load", "/dashboard", "/openapi.json"]
 
 
 def call(url, method, path, body, key=None, stream=False):

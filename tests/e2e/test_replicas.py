@@ -48,21 +48,27 @@ def free_ports(n: int) -> int:
 
 
 class Replicas:
-    def __init__(self, n: int, tmp: Path, *flags: str):
-        base = free_ports(n + 1)
+    """scripts/replicas.sh with `router` (its leading options, e.g. ("--router", "vllm-router",
+    "--policy", "cache_aware")) in front of n replicas started with `flags`."""
+
+    def __init__(self, n: int, tmp: Path, *flags: str, router: tuple[str, ...] = ()):
+        base = free_ports(n + 2)
         self.port, self.replica_ports = base, [base + 1 + i for i in range(n)]
+        self.router_metrics_port = base + n + 1
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir = tmp / "replicas"
+        tmp.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
             "BRAID_BIN": BIN,
             "BRAID_PORT": str(base),
             "BRAID_REPLICA_BASE_PORT": str(base + 1),
             "BRAID_REPLICAS_DIR": str(self.dir),
+            "BRAID_ROUTER_METRICS_PORT": str(self.router_metrics_port),
         }
         self.out = open(tmp / "replicas.out", "w")
         self.proc = subprocess.Popen(
-            [str(ROOT / "scripts" / "replicas.sh"), str(n), "--model", MODEL, *flags],
+            [str(ROOT / "scripts" / "replicas.sh"), *router, str(n), "--model", MODEL, *flags],
             env=env, stdout=self.out, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.time() + 180
@@ -97,8 +103,8 @@ class Replicas:
 def replicas(tmp_path):
     started = []
 
-    def make(n: int, *flags: str) -> Replicas:
-        r = Replicas(n, tmp_path, *flags)
+    def make(n: int, *flags: str, router: tuple[str, ...] = ()) -> Replicas:
+        r = Replicas(n, tmp_path / f"run{len(started)}", *flags, router=router)
         started.append(r)
         return r
 

@@ -149,3 +149,20 @@ def test_flush_cache_drops_what_nobody_holds(make_server):
     assert s.metrics().get("braid_prefix_cache_hits_total", 0.0) == hits, "nothing left to hit after a flush"
     complete(s.url, prompt=prompt, max_tokens=1)
     assert s.metrics()["braid_prefix_cache_hits_total"] > hits, "the cache fills again"
+
+
+def test_metrics_compat_vllm_exports_the_names_routers_read(make_server):
+    s = make_server("--metrics-compat", "vllm")
+    complete(s.url, prompt="The history of bread goes back thousands of years. " * 4, max_tokens=1)
+    complete(s.url, prompt="The history of bread goes back thousands of years. " * 4, max_tokens=1)
+    m = s.metrics()
+    for braid, vllm in [("braid_num_requests_waiting", "vllm:num_requests_waiting"),
+                        ("braid_num_requests_running", "vllm:num_requests_running"),
+                        ("braid_kv_cache_usage_perc", "vllm:kv_cache_usage_perc"),
+                        ("braid_kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+                        ("braid_prefix_cache_queries_total", "vllm:prefix_cache_queries_total"),
+                        ("braid_prefix_cache_hits_total", "vllm:prefix_cache_hits_total")]:
+        assert m[vllm] == m[braid], (vllm, m.get(vllm), m[braid])
+    assert m["vllm:prefix_cache_hits_total"] > 0
+    text = requests.get(s.url + "/metrics", timeout=10).text
+    assert 'vllm:cache_config_info{block_size="16"' in text

@@ -7,6 +7,12 @@ use crate::engine::EngineConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Other servers' metric names /metrics can repeat braid's gauges and counters under.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsCompat {
+    Vllm,
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
     /// Address to listen on (0.0.0.0 to accept connections from other machines).
@@ -163,7 +169,7 @@ pub struct ServeArgs {
     pub max_connections: usize,
 
     /// API key clients must send as `Authorization: Bearer KEY` on every route except
-    /// /health, /metrics, /dashboard and /openapi.json; /debug/steps also takes `?api_key=KEY`
+    /// /health, /get_load, /metrics, /dashboard and /openapi.json; /debug/steps also takes `?api_key=KEY`
     /// (open the dashboard as /dashboard?api_key=KEY). Repeat for several keys; the env
     /// variable takes a comma-separated list. Without one, the server is open to anyone.
     #[arg(
@@ -178,6 +184,13 @@ pub struct ServeArgs {
     /// Require the API key on /metrics too.
     #[arg(long)]
     pub protect_metrics: bool,
+
+    /// Also export, under vLLM's names (`vllm`), the gauges and counters routers and
+    /// gateways hard-code: vllm:num_requests_waiting, vllm:num_requests_running,
+    /// vllm:kv_cache_usage_perc (and vllm:gpu_cache_usage_perc for older routers), the prefix
+    /// cache's counters and vllm:cache_config_info.
+    #[arg(long, value_enum)]
+    pub metrics_compat: Option<MetricsCompat>,
 
     /// Let web pages from ORIGIN (e.g. https://app.example.com; * for any) call the API from
     /// a browser (CORS; repeatable). Without it, no CORS headers are sent.

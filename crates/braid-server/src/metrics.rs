@@ -1,5 +1,9 @@
 //! Prometheus metrics under vLLM's names and meanings with the `braid_` prefix, so the
 //! Kubernetes inference gateway's endpoint picker and existing vLLM dashboards read braid as is.
+//!
+//! Some routers read vLLM's own names only (`vllm:num_requests_waiting`, ...), hard-coded:
+//! with `--metrics-compat vllm` those families are written a second time under vLLM's names,
+//! from the same values at the same scrape.
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
@@ -8,6 +12,8 @@ use prometheus::{
 
 pub struct Metrics {
     registry: Registry,
+    /// Families repeated under vLLM's names (`--metrics-compat vllm`).
+    vllm_names: bool,
     pub num_requests_running: IntGauge,
     pub num_requests_waiting: IntGauge,
     pub kv_cache_usage_perc: Gauge,
@@ -33,6 +39,24 @@ pub struct Metrics {
     pub request_success_total: IntCounterVec,
     pub request_errors_total: IntCounterVec,
 }
+
+/// braid's family → vLLM's name for it, as routers and gateways read them (counters carry
+/// `_total` in the exposition, as vLLM's do).
+const VLLM_NAMES: &[(&str, &str)] = &[
+    ("braid_num_requests_running", "vllm:num_requests_running"),
+    ("braid_num_requests_waiting", "vllm:num_requests_waiting"),
+    ("braid_kv_cache_usage_perc", "vllm:kv_cache_usage_perc"),
+    ("braid_kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    (
+        "braid_prefix_cache_queries_total",
+        "vllm:prefix_cache_queries_total",
+    ),
+    (
+        "braid_prefix_cache_hits_total",
+        "vllm:prefix_cache_hits_total",
+    ),
+    ("braid_cache_config_info", "vllm:cache_config_info"),
+];
 
 fn buckets_secs() -> Vec<f64> {
     vec![
@@ -200,14 +224,39 @@ impl Metrics {
             request_success_total: success,
             request_errors_total: errors,
             registry,
+            vllm_names: false,
         }
+    }
+
+    /// Also writes the families routers read under vLLM's names.
+    pub fn with_vllm_names(mut self) -> Self {
+        self.vllm_names = true;
+        self
     }
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
+        let mut families = self.registry.gather();
+        if self.vllm_names {
+            let copies: Vec<_> = families
+                .iter()
+                .flat_map(|f| {
+                    VLLM_NAMES
+                        .iter()
+                        .filter(|(braid, _)| *braid == f.name())
+                        .map(|(_, vllm)| {
+                            let mut copy = f.clone();
+                            copy.set_name(vllm.to_string());
+                            copy
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            families.extend(copies);
+        }
         let mut buf = Vec::new();
         TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
+            .encode(&families, &mut buf)
             .expect("text encoding");
         String::from_utf8(buf).expect("utf-8")
     }
@@ -216,5 +265,32 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vllm_names_repeat_the_families_routers_read() {
+        let m = Metrics::new().with_vllm_names();
+        m.num_requests_waiting.set(3);
+        m.kv_cache_usage_perc.set(0.25);
+        m.prefix_cache_hits_total.inc_by(7);
+        let text = m.render();
+        for line in [
+            "braid_num_requests_waiting 3",
+            "vllm:num_requests_waiting 3",
+            "vllm:num_requests_running 0",
+            "vllm:kv_cache_usage_perc 0.25",
+            "vllm:gpu_cache_usage_perc 0.25",
+            "vllm:prefix_cache_hits_total 7",
+            "vllm:prefix_cache_queries_total 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(text.contains("# TYPE vllm:prefix_cache_hits_total counter"));
+        assert!(!Metrics::new().render().contains("vllm:"));
     }
 }

@@ -10,7 +10,7 @@
 //! time holds its connection forever.
 
 use crate::app::router;
-use crate::args::ServeArgs;
+use crate::args::{MetricsCompat, ServeArgs};
 use crate::connections::{self, Admission, ConnectionLimit};
 use crate::metrics::Metrics;
 use crate::state::{AppState, Ready};
@@ -116,8 +116,11 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
             )
         })?;
     let addr = listener.local_addr()?;
-    let metrics = Arc::new(Metrics::new());
-    let state = AppState::new(&args, metrics);
+    let metrics = match args.metrics_compat {
+        Some(MetricsCompat::Vllm) => Metrics::new().with_vllm_names(),
+        None => Metrics::new(),
+    };
+    let state = AppState::new(&args, Arc::new(metrics));
     let read_timeout = Duration::from_secs(args.header_read_timeout_secs);
     let app = router(state.clone(), read_timeout);
     let (shutdown, shutdown_rx) = watch::channel(0u32);
