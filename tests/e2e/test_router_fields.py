@@ -166,3 +166,17 @@ def test_metrics_compat_vllm_exports_the_names_routers_read(make_server):
     assert m["vllm:prefix_cache_hits_total"] > 0
     text = requests.get(s.url + "/metrics", timeout=10).text
     assert 'vllm:cache_config_info{block_size="16"' in text
+
+
+def test_x_request_id_is_returned_and_names_the_requests_log_lines(make_server):
+    s = make_server()
+    r = requests.post(s.url + "/v1/completions", headers={"x-request-id": "trace-me-42"},
+                      json={"prompt": "The moon is", "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200 and r.headers["x-request-id"] == "trace-me-42"
+    made = requests.post(s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2, "temperature": 9}, timeout=60)
+    assert made.status_code == 400 and len(made.headers["x-request-id"]) == 36  # a UUID
+    s.wait_idle("the requests")
+    lines = [l for l in s.log_path.read_text().splitlines() if "trace-me-42" in l]
+    assert any("request finished" in l for l in lines), lines
+    assert any(made.headers["x-request-id"] in l and "request rejected" in l
+               for l in s.log_path.read_text().splitlines())

@@ -98,8 +98,12 @@ def test_power_of_two_serves_concurrent_streams_on_both_replicas(replicas):
         assert list(pool.map(one, range(16))) == [24] * 16
     served = [r.generated(i) for i in range(2)]
     assert sum(served) == 16 * 24 and min(served) > 0, served
-    loads = requests.get(f"http://127.0.0.1:{r.router_metrics_port}/metrics", timeout=10)
-    assert loads.status_code == 200
+    # The router passes the client's request id on: the replica that served it logs it.
+    resp = requests.post(r.url + "/v1/completions", headers={"x-request-id": "via-router-7"},
+                         json={"prompt": "Hello", "max_tokens": 2}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    logs = "".join((r.dir / f"braid-{i}.log").read_text() for i in range(2))
+    assert 'request_id="via-router-7"' in logs
 
 
 def test_a_replica_sent_sigterm_under_load_loses_no_request(replicas):

@@ -1,7 +1,9 @@
 //! The router: which path goes to which handler, and the layers around all of them.
 //!
-//! Layers, outermost first: tracing of every HTTP request (method and path, never the query
-//! string, which may hold `api_key`); CORS, only with `--cors-origin` (outside the key check,
+//! Layers, outermost first: the request id (the client's or a router's `x-request-id`, or a
+//! new UUID; returned on the response); tracing of every HTTP request (an `http` span with
+//! the method, the path, never the query string, which may hold `api_key`, and the request
+//! id, so every log line of a request names it, the engine's too); CORS, only with `--cors-origin` (outside the key check,
 //! so browsers' preflight requests and error answers get their headers); the error middleware
 //! (counts error responses in `braid_request_errors_total`, logs why, and rewrites any
 //! plain-text error a layer produced into OpenAI's error JSON); the API key check (`auth`);
@@ -17,13 +19,14 @@ use crate::routes::{
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderValue, Method};
+use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::time::Duration;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
@@ -67,15 +70,27 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
             TraceLayer::new_for_http()
                 .make_span_with(|req: &Request| {
                     // The path only: a query string may carry `api_key`.
-                    tracing::debug_span!("request", method = %req.method(), path = req.uri().path())
+                    // A client's id is its own text: logged quoted, and not past 128 bytes.
+                    let id = req
+                        .headers()
+                        .get(REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default();
+                    let id = &id[..id.len().min(128)]; // visible ASCII: `to_str` allows nothing else
+                    tracing::info_span!("http", method = %req.method(), path = req.uri().path(), request_id = id)
                 })
                 // A 503 while loading or draining is the server working as meant (a health
                 // probe sees one at every start), and an engine failure logs its own error
                 // line: a 5xx here is a warning, not an error.
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
         )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .with_state(state)
 }
+
+/// The header a request's id travels in, both ways (vLLM's, vllm-router's and most proxies').
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// CORS for the given origins (`*`: any); None when there are none (no CORS headers at all).
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
