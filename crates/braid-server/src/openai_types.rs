@@ -8,7 +8,8 @@
 //! is `validation.rs`'s job, not serde's.
 
 use crate::request_fields::{
-    AtDefault, RequestFields, CHAT_AT_DEFAULT, GENERATION_AT_DEFAULT, TOKENIZE_AT_DEFAULT,
+    AtDefault, RequestFields, CHAT_AT_DEFAULT, GENERATION_AT_DEFAULT, TEMPLATE_AT_DEFAULT,
+    TOKENIZE_AT_DEFAULT,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -280,7 +281,8 @@ with_sampling_fields!(request_with_sampling! {
 
 impl RequestFields for ChatCompletionRequest {
     const OPENAI_BODY: bool = true;
-    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[GENERATION_AT_DEFAULT, CHAT_AT_DEFAULT];
+    const AT_DEFAULT: &'static [&'static [AtDefault]] =
+        &[GENERATION_AT_DEFAULT, CHAT_AT_DEFAULT, TEMPLATE_AT_DEFAULT];
 }
 
 // ---------------------------------------------------------------- responses
@@ -504,7 +506,7 @@ pub struct TokenizeRequest {
 }
 
 impl RequestFields for TokenizeRequest {
-    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[TOKENIZE_AT_DEFAULT];
+    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[TEMPLATE_AT_DEFAULT, TOKENIZE_AT_DEFAULT];
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]

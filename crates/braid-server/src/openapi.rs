@@ -13,8 +13,7 @@ use crate::openai_types::{
     RenderedRequest, TokenizeRequest, TokenizeResponse, TokenizerInfoResponse,
 };
 use crate::request_fields::{
-    AtDefault, ACCEPTED_MESSAGE_NOOPS, ACCEPTED_NOOPS, CHAT_AT_DEFAULT, GENERATION_AT_DEFAULT,
-    TOKENIZE_AT_DEFAULT, UNSUPPORTED,
+    AtDefault, RequestFields, ACCEPTED_MESSAGE_NOOPS, ACCEPTED_NOOPS, UNSUPPORTED,
 };
 use crate::state::AppState;
 use axum::extract::State;
@@ -175,13 +174,16 @@ fn document_field_groups(doc: &mut Value) {
     let groups = [
         (
             "CompletionRequest",
-            with(noops(ACCEPTED_NOOPS), at_default(&[GENERATION_AT_DEFAULT])),
+            with(
+                noops(ACCEPTED_NOOPS),
+                at_default(CompletionRequest::AT_DEFAULT),
+            ),
         ),
         (
             "ChatCompletionRequest",
             with(
                 noops(ACCEPTED_NOOPS),
-                at_default(&[GENERATION_AT_DEFAULT, CHAT_AT_DEFAULT]),
+                at_default(ChatCompletionRequest::AT_DEFAULT),
             ),
         ),
         ("ChatMessageIn", noops(ACCEPTED_MESSAGE_NOOPS)),
@@ -189,7 +191,7 @@ fn document_field_groups(doc: &mut Value) {
         ("FunctionCallIn", vec![]),
         ("ToolIn", vec![]),
         ("FunctionDefinition", vec![]),
-        ("TokenizeRequest", at_default(&[TOKENIZE_AT_DEFAULT])),
+        ("TokenizeRequest", at_default(TokenizeRequest::AT_DEFAULT)),
         ("DetokenizeRequest", vec![]),
     ];
     for (schema, extra) in groups {

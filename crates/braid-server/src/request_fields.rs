@@ -130,23 +130,13 @@ pub const GENERATION_AT_DEFAULT: &[AtDefault] = &[
     ),
 ];
 
+const NO_REASONING: &str = "braid does not yet read a model's reasoning apart from its answer";
+
 /// /v1/chat/completions' (and its render endpoint's).
 pub const CHAT_AT_DEFAULT: &[AtDefault] = &[
-    at_default(
-        "separate_reasoning",
-        "true",
-        "braid does not yet read a model's reasoning apart from its answer",
-    ),
-    at_default(
-        "stream_reasoning",
-        "true",
-        "braid does not yet read a model's reasoning apart from its answer",
-    ),
-    at_default(
-        "include_reasoning",
-        "true",
-        "braid does not yet read a model's reasoning apart from its answer",
-    ),
+    at_default("separate_reasoning", "true", NO_REASONING),
+    at_default("stream_reasoning", "true", NO_REASONING),
+    at_default("include_reasoning", "true", NO_REASONING),
     at_default(
         "echo",
         "false",
@@ -156,16 +146,6 @@ pub const CHAT_AT_DEFAULT: &[AtDefault] = &[
         "add_special_tokens",
         "false",
         "the chat template and the model's tokenizer settings place the special tokens",
-    ),
-    at_default(
-        "chat_template",
-        "null",
-        "the served template is the model's or `braid serve --chat-template`",
-    ),
-    at_default(
-        "chat_template_kwargs",
-        "null",
-        "the chat template renders with braid's variables only",
     ),
     at_default(
         "documents",
@@ -179,8 +159,8 @@ pub const CHAT_AT_DEFAULT: &[AtDefault] = &[
     ),
 ];
 
-/// /tokenize's, as routers send them.
-pub const TOKENIZE_AT_DEFAULT: &[AtDefault] = &[
+/// Where a conversation is rendered: chat, its render endpoint and /tokenize.
+pub const TEMPLATE_AT_DEFAULT: &[AtDefault] = &[
     at_default(
         "chat_template",
         "null",
@@ -191,12 +171,14 @@ pub const TOKENIZE_AT_DEFAULT: &[AtDefault] = &[
         "null",
         "the chat template renders with braid's variables only",
     ),
-    at_default(
-        "return_token_strs",
-        "false",
-        "braid answers with token ids; /detokenize gives text",
-    ),
 ];
+
+/// /tokenize's own, as routers send them.
+pub const TOKENIZE_AT_DEFAULT: &[AtDefault] = &[at_default(
+    "return_token_strs",
+    "false",
+    "braid answers with token ids; /detokenize gives text",
+)];
 
 /// Fields of messages accepted without effect.
 pub const ACCEPTED_MESSAGE_NOOPS: &[(&str, &str)] = &[(
