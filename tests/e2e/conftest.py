@@ -80,8 +80,13 @@ class Server:
         raise RuntimeError(f"braid not ready after {timeout}s:\n{self.log_text()}")
 
     def log_text(self) -> str:
+        """The log's tail, for failure messages."""
+        return self.log_all()[-5000:]
+
+    def log_all(self) -> str:
+        """The whole log, for what a test looks for in it (a line can lie beyond the tail)."""
         self.log.flush()
-        return self.log_path.read_text(errors="replace")[-5000:]
+        return self.log_path.read_text(errors="replace")
 
     def metrics(self) -> dict[str, float]:
         text = requests.get(self.url + "/metrics", timeout=10).text

@@ -272,7 +272,7 @@ def test_hostile_requests_get_their_4xx_and_change_nothing(hardened):
     assert growth < 0.05, f"RSS {before_rss} KiB -> {after_rss} KiB (+{growth:.1%})"
     m = s.metrics()
     assert not any(k.startswith('braid_request_errors_total{status="5') for k in m), m
-    assert KEY not in s.log_text()
+    assert KEY not in s.log_all()
 
 
 def raw_exchange(port: int, data: bytes, timeout: float = 10.0) -> bytes:

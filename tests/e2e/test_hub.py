@@ -45,7 +45,7 @@ def test_a_model_in_the_hub_cache_is_served_offline(make_server, tmp_path):
     assert [m["id"] for m in models] == ["SmolLM2-135M-Instruct.Q4_1"]
     text = complete(s.url, prompt="The capital of France is", max_tokens=4, temperature=0)["choices"][0]["text"]
     assert "Paris" in text
-    assert f"{FILE} from {REPO}@main" in s.log_text()
+    assert f"{FILE} from {REPO}@main" in s.log_all()
 
 
 def run_to_exit(*args: str, env: dict) -> tuple[int, str]:

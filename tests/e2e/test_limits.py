@@ -74,7 +74,7 @@ def test_past_max_connections_new_ones_get_503_then_are_closed(make_server):
     with requests.Session() as session:  # all four places free again
         for _ in range(4):
             assert session.get(s.url + "/health", timeout=10).status_code == 200
-    log = s.log_text()
+    log = s.log_all()
     assert "refusing new connections with 503" in log and "(--max-connections)" in log
 
 
