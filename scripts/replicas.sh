@@ -9,7 +9,10 @@
 # .venv on first use) with its --policy (default cache_aware; round_robin, power_of_two,
 # kv_aware, random, consistent_hash). vllm-router's cache_aware asks every replica to render
 # each request (/v1/chat/completions/render) and sends it where its prompt was sent before;
-# power_of_two polls each replica's /get_load. Its Prometheus metrics are on 127.0.0.1:
+# power_of_two polls each replica's /get_load; with kv_aware each replica publishes its KV-cache
+# events (--kv-events, on 127.0.0.1:$BRAID_KV_EVENTS_BASE_PORT + i, default the replica's port
+# + 1000) and the router, finding them through /get_server_info and /kv_event_sources, sends
+# each request where its prompt's blocks really are. Its Prometheus metrics are on 127.0.0.1:
 # $BRAID_ROUTER_METRICS_PORT (default 29000), its log in $BRAID_REPLICAS_DIR/router.log.
 #
 # The router listens on $BRAID_PORT (default 8080, host $BRAID_HOST, default 127.0.0.1); replica i
@@ -111,9 +114,14 @@ trap 'exit 0' INT TERM
 
 upstreams=""
 worker_urls=()
+EVENTS_BASE=${BRAID_KV_EVENTS_BASE_PORT:-$((BASE + 1000))}
 for i in $(seq 0 $((N - 1))); do
   p=$((BASE + i))
-  "$BIN" serve --host 127.0.0.1 --port "$p" --threads "$THREADS" "$@" >"$RUN/braid-$i.log" 2>&1 &
+  events=()
+  if [ "$ROUTER" = vllm-router ] && [ "$POLICY" = kv_aware ]; then
+    events=(--kv-events "tcp://127.0.0.1:$((EVENTS_BASE + i))")
+  fi
+  "$BIN" serve --host 127.0.0.1 --port "$p" --threads "$THREADS" "${events[@]}" "$@" >"$RUN/braid-$i.log" 2>&1 &
   pids+=("$!")
   echo "$!" >"$RUN/braid-$i.pid"
   upstreams+="        server 127.0.0.1:$p max_fails=1 fail_timeout=5s;"$'\n'

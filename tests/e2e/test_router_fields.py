@@ -135,6 +135,9 @@ def test_worker_endpoints_answer_as_routers_read_them(server):
     model = requests.get(server.url + "/get_model_info", timeout=10).json()
     assert model["is_generation"] is True
     assert requests.get(server.url + "/health_generate", timeout=60).json() == {"status": "ok"}
+    # Without --kv-events there is nothing to subscribe to, and the router is told so.
+    sources = requests.get(server.url + "/kv_event_sources", timeout=10)
+    assert sources.status_code == 404 and sources.json()["error"]["code"] == "kv_events_off"
 
 
 def test_flush_cache_drops_what_nobody_holds(make_server):

@@ -1,8 +1,9 @@
 """braid behind vLLM's router (`vllm-router` 0.1.17 from PyPI, started by
 `scripts/replicas.sh --router vllm-router`): every request the router re-serializes is served;
-`cache_aware` routes on the ids braid's render endpoint gives, so groups of requests sharing a
-long system prompt land where that prompt is cached (measured in the replicas' own prefix-cache
-counters, against the ideal and against `round_robin`); `power_of_two` reads /get_load; and a
+`cache_aware` routes on the ids braid's render endpoint gives, and `kv_aware` on the KV-cache
+events braid publishes (`--kv-events`), so groups of requests sharing a long system prompt land
+where that prompt is cached (measured in the replicas' own prefix-cache counters, against the
+ideal and against `round_robin`); `power_of_two` reads /get_load; and a
 replica sent SIGTERM under load loses no request: it reports unhealthy at once, finishes what
 it holds, and the router sends new work to the other."""
 
@@ -66,20 +67,28 @@ def run_groups(r: Replicas) -> float:
     return prefix_hits(r) - before
 
 
-def test_cache_aware_routes_groups_to_their_cached_prompt(replicas):
+def test_cache_and_kv_aware_route_groups_to_their_cached_prompt(replicas):
     results = {}
-    for policy in ["round_robin", "cache_aware"]:
+    for policy in ["round_robin", "cache_aware", "kv_aware"]:
         r = replicas(2, router=("--router", "vllm-router", "--policy", policy))
         worker = f"http://127.0.0.1:{r.replica_ports[0]}"
         ideal = sum(shared_prefix_tokens(worker, t) * (len(QUESTIONS) - 1) for t in TOPICS)
         results[policy] = run_groups(r)
-        if policy == "cache_aware":
+        if policy != "round_robin":
             assert router_metric(r, 'vllm_router_kv_routing_inputs_total{transport="http",result="render"}') > 0, \
                 "the router read braid's render endpoint"
+        if policy == "kv_aware":
+            # The router found each replica's events (/kv_event_sources), consumed them, and
+            # matched requests against the blocks they said were stored.
+            log = (r.dir / "router.log").read_text()
+            assert "kv_index subscriber" in log, log[-3000:]
+            assert router_metric(r, 'vllm_router_kv_placement_lookups_total{result="hit"}') > 0, \
+                requests.get(f"http://127.0.0.1:{r.router_metrics_port}/metrics", timeout=10).text[-3000:]
         assert r.stop() == 0
     print(f"prefix-cache hits (tokens): {results}, ideal {ideal}")
     assert results["cache_aware"] >= 0.7 * ideal, (results, ideal)
     assert results["cache_aware"] >= 1.3 * results["round_robin"], (results, ideal)
+    assert results["kv_aware"] >= 0.7 * ideal, (results, ideal)
 
 
 def test_power_of_two_serves_concurrent_streams_on_both_replicas(replicas):

@@ -27,7 +27,8 @@ use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, Token
 use crate::request::{EngineEvent, EngineRequest, Finished};
 use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
 use braid_sched::{
-    FinishReason, Scheduler, SchedulerConfig, SeqId, StepFeatures, StepPlan, StopConditions,
+    CacheEvent, FinishReason, Scheduler, SchedulerConfig, SeqId, StepFeatures, StepPlan,
+    StopConditions,
 };
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -69,6 +70,7 @@ pub fn spawn_engine(
             let mut engine = Engine {
                 epoch: Instant::now(),
                 sched: Scheduler::new(sched_cfg.clone()),
+                cache_events: observer.wants_cache_events(),
                 kv: KvPool::new(model.config(), cfg.block_size, num_blocks),
                 sched_cfg,
                 model,
@@ -79,7 +81,9 @@ pub fn spawn_engine(
                 steps: 0,
             };
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                // After calibrating, which ends with a fresh scheduler.
                 engine.calibrate();
+                engine.start_cache_events();
                 engine.run(rx);
             }));
             shared.alive.store(false, Ordering::Release);
@@ -130,6 +134,8 @@ pub(crate) struct Engine {
     observer: Arc<dyn EngineObserver>,
     /// Steps run by the engine loop.
     steps: u64,
+    /// The observer wants the prefix cache's events.
+    cache_events: bool,
 }
 
 /// A token sampled in this step, as the step will report and send it.
@@ -181,6 +187,24 @@ impl Engine {
                 Err(panic) => self.fail_all(&format!("engine panic: {}", panic_message(&*panic))),
             }
             self.publish();
+            self.report_cache_events();
+        }
+    }
+
+    /// A fresh scheduler's cache is empty: the observer hears so, and of every change after.
+    fn start_cache_events(&mut self) {
+        if self.cache_events {
+            self.sched.enable_cache_events();
+            self.observer.cache_events(&[CacheEvent::AllCleared]);
+        }
+    }
+
+    fn report_cache_events(&mut self) {
+        if self.cache_events {
+            let events = self.sched.take_cache_events();
+            if !events.is_empty() {
+                self.observer.cache_events(&events);
+            }
         }
     }
 
@@ -553,6 +577,7 @@ impl Engine {
         );
         self.sched =
             Scheduler::with_cost_model(self.sched_cfg.clone(), self.sched.cost_model().clone());
+        self.start_cache_events();
         self.ws = Workspace::default();
         self.publish();
         for (_, a) in self.active.drain() {

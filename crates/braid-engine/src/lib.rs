@@ -41,7 +41,7 @@ mod observer;
 mod request;
 mod step_watch;
 
-pub use braid_sched::FinishReason;
+pub use braid_sched::{CacheEvent, FinishReason};
 pub use config::EngineConfig;
 pub use engine::spawn_engine;
 pub use handle::{EngineHandle, EngineMessage, EngineStats, Submitted};

@@ -12,7 +12,7 @@
 //! client that reads /metrics after its response sees itself counted), and must be quick:
 //! update counters, push onto a channel, never block.
 
-use braid_sched::{FinishReason, PrefixCacheStats, SeqId};
+use braid_sched::{CacheEvent, FinishReason, PrefixCacheStats, SeqId};
 use std::time::Duration;
 
 /// The engine's fixed shape, reported once before it serves.
@@ -91,4 +91,13 @@ pub trait EngineObserver: Send + Sync + 'static {
     fn step(&self, stats: &StepStats);
     /// A request's milestone, before the request hears of it.
     fn request(&self, id: SeqId, event: &RequestEvent);
+    /// Whether [`cache_events`](Self::cache_events) is wanted: the engine keeps the prefix
+    /// cache's log only then.
+    fn wants_cache_events(&self) -> bool {
+        false
+    }
+    /// What the prefix cache stored and dropped, in order: `AllCleared` when the engine starts
+    /// (and when it starts afresh after a failure), then after each step or flush that changed
+    /// it.
+    fn cache_events(&self, _events: &[CacheEvent]) {}
 }

@@ -31,6 +31,7 @@
 //! release builds too): a duplicate id on the free list would later hand the same memory
 //! to two sequences; the engine fails the step and starts afresh instead.
 
+use crate::cache_events::{CacheEvent, CacheEvents};
 use crate::prefix_cache::BlockHash;
 use std::collections::{BTreeMap, HashMap};
 
@@ -55,6 +56,8 @@ pub struct BlockAllocator {
     released_at: Vec<u64>,
     /// Release counter for `evictable`'s keys.
     clock: u64,
+    /// What the prefix cache stored and dropped, for publishing (kept only when enabled).
+    pub events: CacheEvents,
 }
 
 impl BlockAllocator {
@@ -77,6 +80,7 @@ impl BlockAllocator {
             evictable: BTreeMap::new(),
             released_at: vec![0; num_blocks],
             clock: 0,
+            events: CacheEvents::default(),
         }
     }
 
@@ -121,6 +125,7 @@ impl BlockAllocator {
                 .take()
                 .expect("evictable block is cached");
             self.by_hash.remove(&hash);
+            self.events.record(|| CacheEvent::Removed { hash });
             blocks.push(b);
         }
         for &b in &blocks {
@@ -250,6 +255,7 @@ impl BlockAllocator {
                 .take()
                 .expect("evictable block is cached");
             self.by_hash.remove(&hash);
+            self.events.record(|| CacheEvent::Removed { hash });
             self.free_list.push(b);
         }
         dropped.len()

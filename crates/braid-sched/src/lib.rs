@@ -29,6 +29,7 @@
 //! start-up to fit the cost model before the first request.
 
 pub mod block_allocator;
+pub mod cache_events;
 pub mod calibration;
 pub mod config;
 pub mod cost_model;
@@ -40,6 +41,7 @@ pub mod step_headroom;
 pub mod step_plan;
 
 pub use block_allocator::{BlockAllocator, BlockId};
+pub use cache_events::{CacheEvent, CacheEvents};
 pub use calibration::{Calibration, CalibrationChunk};
 pub use config::SchedulerConfig;
 pub use cost_model::{CostModel, StepFeatures};

@@ -65,6 +65,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::block_allocator::BlockAllocator;
+use crate::cache_events::CacheEvent;
 use crate::cost_model::{CostModel, StepFeatures};
 use crate::prefix_cache::{BlockHasher, PrefixCacheStats};
 use crate::prompt_shares::PromptShares;
@@ -644,6 +645,17 @@ impl Scheduler {
     }
 
     /// Fraction of KV blocks in use.
+    /// Keeps a log of what the prefix cache stores and drops, from now on, for
+    /// [`Scheduler::take_cache_events`].
+    pub fn enable_cache_events(&mut self) {
+        self.allocator.events.enable();
+    }
+
+    /// The prefix cache's stores and evictions since the last call, in order.
+    pub fn take_cache_events(&mut self) -> Vec<CacheEvent> {
+        self.allocator.events.take()
+    }
+
     /// Drops the prefix cache's blocks no sequence holds; returns how many.
     pub fn flush_prefix_cache(&mut self) -> usize {
         self.allocator.drop_unheld_cached()

@@ -2,6 +2,7 @@
 //! back if admission fails, register blocks once they are full and computed.
 
 use super::{Scheduler, StepPlan};
+use crate::cache_events::CacheEvent;
 use crate::sequence::SeqId;
 use crate::step_plan::BlockCopy;
 
@@ -111,8 +112,14 @@ impl Scheduler {
         self.hasher
             .extend_chain(&mut seq.block_hashes, &seq.tokens, bs);
         for i in seq.num_cached_blocks..full {
-            self.allocator
-                .register(seq.block_table[i], seq.block_hashes[i]);
+            let hash = seq.block_hashes[i];
+            if self.allocator.register(seq.block_table[i], hash) {
+                self.allocator.events.record(|| CacheEvent::Stored {
+                    hash,
+                    parent: i.checked_sub(1).map(|p| seq.block_hashes[p]),
+                    tokens: seq.tokens[i * bs..(i + 1) * bs].to_vec(),
+                });
+            }
         }
         seq.num_cached_blocks = full;
     }

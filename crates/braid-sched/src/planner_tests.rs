@@ -166,3 +166,54 @@ fn a_prompt_short_of_blocks_never_preempts_a_scheduled_decode() {
         "the decode finished and freed its blocks"
     );
 }
+
+#[test]
+fn the_cache_event_log_tells_each_stored_block_once_and_each_eviction() {
+    let mut c = cfg(6);
+    c.prefix_caching = true;
+    let mut s = Scheduler::new(c);
+    assert!(s.take_cache_events().is_empty());
+    s.enable_cache_events();
+    // 9 prompt tokens + 2 generated: blocks of 4, so two full blocks are stored.
+    s.add(1, (0..9).collect(), 2, 0.0);
+    run_to_idle(&mut s);
+    let events = s.take_cache_events();
+    let stored: Vec<_> = events
+        .iter()
+        .map(|e| match e {
+            CacheEvent::Stored {
+                hash,
+                parent,
+                tokens,
+            } => (*hash, *parent, tokens.clone()),
+            _ => panic!("nothing evicted yet: {events:?}"),
+        })
+        .collect();
+    assert_eq!(stored.len(), 2, "{events:?}");
+    assert_eq!(stored[0].1, None);
+    assert_eq!(stored[1].1, Some(stored[0].0), "chained to its predecessor");
+    assert_eq!(stored[0].2, vec![0, 1, 2, 3]);
+    assert_eq!(stored[1].2, vec![4, 5, 6, 7]);
+    // The same prompt again hits both blocks: nothing new is stored.
+    s.add(2, (0..9).collect(), 2, 1.0);
+    run_to_idle(&mut s);
+    assert!(s.take_cache_events().is_empty());
+    // A prompt that needs the whole pool evicts them, and says so.
+    s.add(3, (100..121).collect(), 2, 2.0);
+    run_to_idle(&mut s);
+    let removed: Vec<_> = s
+        .take_cache_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            CacheEvent::Removed { hash } => Some(hash),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(removed.len(), 2);
+    assert!(removed.contains(&stored[0].0) && removed.contains(&stored[1].0));
+    // A flush drops the rest, each one told.
+    let cached = s.allocator.num_cached();
+    assert!(cached > 0);
+    assert_eq!(s.flush_prefix_cache(), cached);
+    assert_eq!(s.take_cache_events().len(), cached);
+}

@@ -12,6 +12,7 @@
 
 use crate::auth::require_key;
 use crate::error::{ApiError, ErrorMessage};
+use crate::kv_events;
 use crate::openapi::openapi_json;
 use crate::routes::{
     chat, completions, dashboard, fallback, health, metrics_route, models, render, tokenize,
@@ -48,6 +49,7 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .route("/get_server_info", get(worker::get_server_info))
         .route("/get_model_info", get(worker::get_model_info))
         .route("/flush_cache", post(worker::flush_cache))
+        .route("/kv_event_sources", get(kv_events::kv_event_sources))
         .route("/metrics", get(metrics_route::metrics))
         .route("/dashboard", get(dashboard::dashboard))
         .route("/debug/steps", get(dashboard::steps))

@@ -185,6 +185,18 @@ pub struct ServeArgs {
     #[arg(long)]
     pub protect_metrics: bool,
 
+    /// Publish the prefix cache's stores and evictions (KV-cache events in vLLM's format:
+    /// ZeroMQ PUB, MessagePack) on this tcp://HOST:PORT endpoint, for routers that route on
+    /// what each replica holds (vllm-router's kv_aware, llm-d's precise prefix scorer).
+    /// GET /kv_event_sources then names it.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub kv_events: Option<String>,
+
+    /// The topic frame of every KV-cache event message: empty for vllm-router; llm-d's router
+    /// reads `kv@POD_IP:PORT@MODEL`.
+    #[arg(long, value_name = "TOPIC", default_value = "", requires = "kv_events")]
+    pub kv_events_topic: String,
+
     /// Also export, under vLLM's names (`vllm`), the gauges and counters routers and
     /// gateways hard-code: vllm:num_requests_waiting, vllm:num_requests_running,
     /// vllm:kv_cache_usage_perc (and vllm:gpu_cache_usage_perc for older routers), the prefix

@@ -5,8 +5,9 @@
 //! knows nothing of Prometheus or SSE. This is the one place that decides which value feeds
 //! which metric.
 
+use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
-use braid_engine::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
+use braid_engine::{CacheEvent, EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::broadcast;
 
@@ -34,18 +35,21 @@ pub struct StepRecord {
     pub itl_ms: Vec<f64>,
 }
 
-/// Updates `Metrics` and broadcasts `StepRecord`s from the engine's reports.
+/// Updates `Metrics` and broadcasts `StepRecord`s from the engine's reports, and passes the
+/// prefix cache's events to their publisher.
 pub struct MetricsObserver {
     metrics: Arc<Metrics>,
+    kv_events: Option<Arc<KvEventPublisher>>,
     steps: broadcast::Sender<StepRecord>,
     /// The latency target in ms, known once the engine has started.
     target_ms: OnceLock<Option<f64>>,
 }
 
 impl MetricsObserver {
-    pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(metrics: Arc<Metrics>, kv_events: Option<Arc<KvEventPublisher>>) -> Arc<Self> {
         Arc::new(Self {
             metrics,
+            kv_events,
             steps: broadcast::channel(1024).0,
             target_ms: OnceLock::new(),
         })
@@ -137,6 +141,16 @@ impl EngineObserver for MetricsObserver {
             }
         }
     }
+
+    fn wants_cache_events(&self) -> bool {
+        self.kv_events.is_some()
+    }
+
+    fn cache_events(&self, events: &[CacheEvent]) {
+        if let Some(publisher) = &self.kv_events {
+            publisher.publish(events);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -173,7 +187,7 @@ mod tests {
     #[test]
     fn each_report_feeds_its_metric() {
         let metrics = Arc::new(Metrics::new());
-        let o = MetricsObserver::new(metrics.clone());
+        let o = MetricsObserver::new(metrics.clone(), None);
         o.started(&EngineInfo {
             block_size: 16,
             num_blocks: 99,

@@ -128,9 +128,10 @@ fn fake_server_with_pool(
     state.set_ready(Ready {
         model: m,
         engine,
-        observer: MetricsObserver::new(metrics),
+        observer: MetricsObserver::new(metrics, None),
         limits,
         created: 0,
+        kv_events: None,
     });
     (state, finishes)
 }

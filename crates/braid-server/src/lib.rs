@@ -14,6 +14,7 @@ pub mod error;
 pub mod field_bounds;
 pub mod generation;
 pub mod json_body;
+pub mod kv_events;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai_types;

@@ -46,6 +46,7 @@ use utoipa::{Modify, OpenApi};
         get_server_info,
         get_model_info,
         flush_cache,
+        kv_event_sources,
         metrics
     ),
     components(schemas(ErrorBody, CompletionResponse, ChatCompletionChunk)),
@@ -471,6 +472,22 @@ fn get_model_info() {}
 )]
 #[allow(dead_code)]
 fn flush_cache() {}
+
+#[utoipa::path(
+    get,
+    path = "/kv_event_sources",
+    tag = "operations",
+    description = "Where the server publishes its KV-cache events (`braid serve --kv-events tcp://HOST:PORT`), keyed by data-parallel rank as vllm-router's discovery reads it: `{\"0\": {\"endpoint\", \"topic\": \"\", \"publisher\": \"zmq\", \"encoding\": \"msgpack\", \"schema_version\": 1, ...}}`.",
+    responses(
+        (status = 200, description = "The event source", body = serde_json::Value),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "The server publishes no events (`kv_events_off`)", body = ErrorBody),
+        (status = 503, description = "Loading or draining", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn kv_event_sources() {}
 
 #[utoipa::path(
     get,

@@ -12,6 +12,7 @@
 use crate::app::router;
 use crate::args::{MetricsCompat, ServeArgs};
 use crate::connections::{self, Admission, ConnectionLimit};
+use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::state::{AppState, Ready};
 use crate::validation::Limits;
@@ -203,6 +204,12 @@ async fn lifecycle(
     mut shutdown: watch::Receiver<u32>,
     addr: SocketAddr,
 ) -> anyhow::Result<()> {
+    let kv_events = match &args.kv_events {
+        Some(endpoint) => Some(Arc::new(
+            KvEventPublisher::bind(endpoint, &args.kv_events_topic, args.block_size).await?,
+        )),
+        None => None,
+    };
     let path = args.model.clone();
     let hub = args.hub_model();
     let started = Instant::now();
@@ -254,6 +261,7 @@ async fn lifecycle(
         args.to_engine_config(),
         state.metrics.clone(),
         limits,
+        kv_events,
     )
     .map_err(|e| {
         tracing::error!("cannot start the engine: {e:#}");

@@ -14,6 +14,7 @@ use crate::args::ServeArgs;
 use crate::auth::Auth;
 use crate::engine_observer::MetricsObserver;
 use crate::error::ApiError;
+use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::openai_types::unix_now;
 use crate::validation::Limits;
@@ -40,17 +41,21 @@ pub struct Ready {
     pub limits: Limits,
     /// When the model became ready (Unix seconds), for /v1/models' `created`.
     pub created: u64,
+    /// Where the prefix cache's events go (`--kv-events`).
+    pub kv_events: Option<Arc<KvEventPublisher>>,
 }
 
 impl Ready {
-    /// Starts the engine on `model`, its reports going to `metrics`.
+    /// Starts the engine on `model`, its reports going to `metrics` and its prefix cache's
+    /// events to `kv_events`.
     pub fn start(
         model: Arc<LoadedModel>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
         limits: Limits,
+        kv_events: Option<Arc<KvEventPublisher>>,
     ) -> anyhow::Result<Self> {
-        let observer = MetricsObserver::new(metrics);
+        let observer = MetricsObserver::new(metrics, kv_events.clone());
         let engine = spawn_engine(model.clone(), cfg, observer.clone())?;
         Ok(Self {
             model,
@@ -58,6 +63,7 @@ impl Ready {
             observer,
             limits,
             created: unix_now(),
+            kv_events,
         })
     }
 }

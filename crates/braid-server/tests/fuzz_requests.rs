@@ -542,7 +542,7 @@ fn app() -> axum::Router {
     let state = AppState::new(&args, metrics.clone());
     let mut cfg = args.to_engine_config();
     cfg.kv_cache_mb = 8;
-    state.set_ready(Ready::start(f.model.clone(), cfg, metrics, limits()).unwrap());
+    state.set_ready(Ready::start(f.model.clone(), cfg, metrics, limits(), None).unwrap());
     router(state, Duration::from_secs(5))
 }
 
