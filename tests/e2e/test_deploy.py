@@ -171,3 +171,65 @@ def test_flags_and_metrics_named_in_the_manifests_exist(server):
         assert re.search(rf"^{metric}[ {{]", exposed, re.M), f"/metrics has no {metric}"
     info = re.search(r"^braid_cache_config_info\{([^}]*)\} 1$", exposed, re.M)
     assert info and 'block_size="16"' in info.group(1) and "num_gpu_blocks=" in info.group(1)
+
+
+def test_the_llm_d_variant_routes_on_braids_events_and_metrics(server):
+    """deploy/llm-d/: llm-d's router recognises braid's pods, dials their KV-cache events where
+    braid publishes them under the topic it parses, tokenizes through braid, and reads metrics
+    braid exports."""
+    dep = find("Deployment", "braid-llm-d")
+    pod = dep["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert labels["llm-d.ai/inference-serving"] == "true" and labels["llm-d.ai/role"] == "decode"
+    container = pod["spec"]["containers"][0]
+    args = container["args"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    pool = find("InferencePool", "braid-llm-d")
+    assert pool["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pool["spec"]["targetPorts"] == [{"number": ports["http"]}]
+    router_service = find("Service", pool["spec"]["endpointPickerRef"]["name"])
+    assert pool["spec"]["endpointPickerRef"]["port"]["number"] in [p["port"] for p in router_service["spec"]["ports"]]
+
+    config = yaml.safe_load(find("ConfigMap", "braid-llm-d-router")["data"]["router.yaml"])
+    jsonschema.validate(config, schema("endpointpickerconfig-llm-d-v1alpha1.json"))
+    plugins = {p.get("name", p["type"]): p.get("parameters", {}) for p in config["plugins"]}
+    refs = [r["pluginRef"] for prof in config["schedulingProfiles"] for r in prof["plugins"]]
+    for source in config["dataLayer"]["sources"]:
+        refs += [source["pluginRef"]] + [e["pluginRef"] for e in source.get("extractors", [])]
+    assert set(refs) <= plugins.keys(), set(refs) - plugins.keys()
+
+    # Events: bound on the port the router dials, under kv@POD_IP:PORT@MODEL, MODEL the served name.
+    served = requests.get(server.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+    endpoint = flag(args, "kv-events")
+    assert endpoint == f"tcp://0.0.0.0:{ports['kv-events']}"
+    events = plugins["precise-prefix-cache-producer"]
+    assert events["kvEventsConfig"]["podDiscoveryConfig"]["socketPort"] == ports["kv-events"]
+    assert events["kvEventsConfig"]["discoverPods"] is True
+    assert events["tokenProcessorConfig"]["blockSize"] == 16  # braid's --block-size default
+    topic = flag(args, "kv-events-topic")
+    assert topic == f"kv@$(POD_IP):{ports['http']}@{served}"
+    assert topic.startswith(events["kvEventsConfig"]["topicFilter"])
+    assert labels["llm-d.ai/model"] == served == plugins["token-producer"]["modelName"]
+    assert "POD_IP" in [e["name"] for e in container["env"]]
+
+    # Tokens: through braid's render endpoints, at the Service that fronts the pods.
+    url = plugins["token-producer"]["vllm"]["url"]
+    service = find("Service", "braid-llm-d")
+    assert url == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+    assert service["spec"]["selector"].items() <= labels.items()
+    render = requests.post(server.url + "/v1/completions/render", json={"prompt": "Hello"}, timeout=30)
+    assert render.status_code == 200 and render.json()[0]["token_ids"]
+
+    # Metrics: the braid engine config, chosen by the pod's engine label, names what /metrics has.
+    metrics = plugins["core-metrics-extractor"]
+    engines = {e["name"]: e for e in metrics["engineConfigs"]}
+    assert labels[metrics["engineLabelKey"]] in engines
+    exposed = requests.get(server.url + "/metrics", timeout=10).text
+    for key, metric in engines["braid"].items():
+        if key != "name":
+            assert re.search(rf"^{metric}[ {{]", exposed, re.M), f"/metrics has no {metric}"
+
+    help_text = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    for a in args:
+        name = a.split("=", 1)[0]
+        assert re.search(rf"^\s+{re.escape(name)}\b", help_text, re.M), f"braid serve has no {name}"
