@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible API (completions, chat, streaming) on HTTP.
-    Serve(braid_server::ServeArgs),
+    Serve(Box<braid_server::ServeArgs>),
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
         /// The text to tokenize.
@@ -274,7 +274,7 @@ fn run() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(braid_server::serve(args))?;
+                .block_on(braid_server::serve(*args))?;
         }
         Command::Bench(args) => {
             tokio::runtime::Builder::new_multi_thread()

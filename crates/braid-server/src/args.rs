@@ -197,6 +197,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "TOPIC", default_value = "", requires = "kv_events")]
     pub kv_events_topic: String,
 
+    /// Send a trace of every generation request (spans: request, queue, prompt, decode, with
+    /// token counts; a child of the caller's `traceparent`) to this OTLP/HTTP traces URL,
+    /// JSON-encoded, e.g. http://127.0.0.1:4318/v1/traces.
+    #[arg(long, value_name = "URL")]
+    pub otlp_traces_endpoint: Option<String>,
+
     /// Also export, under vLLM's names (`vllm`), the gauges and counters routers and
     /// gateways hard-code: vllm:num_requests_waiting, vllm:num_requests_running,
     /// vllm:kv_cache_usage_perc (and vllm:gpu_cache_usage_perc for older routers), the prefix

@@ -20,6 +20,8 @@
 
 use crate::error::ApiError;
 use crate::openai_types::Usage;
+use crate::request_traces::{RequestTraces, TracedRequest};
+use crate::routes::RequestOrigin;
 use crate::state::{AppState, Ready};
 use crate::stop_strings::{StopMatcher, StopOutcome};
 use crate::validation::ValidatedRequest;
@@ -65,6 +67,10 @@ enum Outcome {
 pub struct Generation {
     pub id: u64,
     endpoint: &'static str,
+    /// The caller's `x-request-id` and trace context, for the request's trace.
+    request_id: String,
+    trace_parent: opentelemetry::Context,
+    traces: Option<Arc<RequestTraces>>,
     engine: EngineHandle,
     model: Arc<LoadedModel>,
     /// None once the generation has ended (dropping it cancels the engine's sequence).
@@ -101,12 +107,13 @@ impl Generation {
         ready: &Ready,
         req: ValidatedRequest,
         arrival: Instant,
-        endpoint: &'static str,
+        origin: &RequestOrigin,
         shares_prompt_with: Option<u64>,
         first_of_request: Option<u64>,
     ) -> Result<Self, ApiError> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let id = ready.engine.next_request_id();
+        let endpoint = origin.endpoint;
         let span = tracing::info_span!("request", id, endpoint);
         let prompt_tokens = req.prompt.len();
         ready.engine.submit(EngineRequest {
@@ -126,6 +133,9 @@ impl Generation {
         Ok(Self {
             id,
             endpoint,
+            request_id: origin.request_id.clone(),
+            trace_parent: origin.trace_parent.clone(),
+            traces: state.traces.get().cloned(),
             engine: ready.engine.clone(),
             model: ready.model.clone(),
             events: Some(rx),
@@ -365,6 +375,22 @@ impl Drop for Generation {
             status,
             "request finished"
         );
+        if let Some(traces) = &self.traces {
+            traces.record(&TracedRequest {
+                parent: &self.trace_parent,
+                request_id: &self.request_id,
+                id: self.id,
+                endpoint: self.endpoint,
+                arrival: self.arrival,
+                queue: self.queue_secs.map(Duration::from_secs_f64),
+                first_token: self.first_token,
+                end,
+                prompt_tokens: self.prompt_tokens,
+                cached_tokens: self.cached_tokens,
+                completion_tokens: self.completion_tokens,
+                finish_reason,
+            });
+        }
     }
 }
 

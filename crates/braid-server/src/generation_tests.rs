@@ -140,7 +140,16 @@ fn fake_server_with_pool(
 fn start(state: &AppState, max_tokens: usize, stops: &[&str]) -> Generation {
     let ready = state.get_ready().unwrap();
     let req = request(max_tokens, stops);
-    Generation::start(state, ready, req, Instant::now(), "test", None, None).unwrap()
+    Generation::start(
+        state,
+        ready,
+        req,
+        Instant::now(),
+        &crate::routes::RequestOrigin::of("test", &Default::default()),
+        None,
+        None,
+    )
+    .unwrap()
 }
 
 fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {

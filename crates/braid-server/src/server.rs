@@ -14,6 +14,7 @@ use crate::args::{MetricsCompat, ServeArgs};
 use crate::connections::{self, Admission, ConnectionLimit};
 use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
+use crate::request_traces::RequestTraces;
 use crate::state::{AppState, Ready};
 use crate::validation::Limits;
 use crate::write_timeout::WriteTimeout;
@@ -122,6 +123,13 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
         None => Metrics::new(),
     };
     let state = AppState::new(&args, Arc::new(metrics));
+    if let Some(endpoint) = args.otlp_traces_endpoint.clone() {
+        // The exporter's blocking HTTP client is made off the async workers.
+        let traces = tokio::task::spawn_blocking(move || RequestTraces::new(&endpoint))
+            .await?
+            .context("cannot send request traces (--otlp-traces-endpoint)")?;
+        let _ = state.traces.set(Arc::new(traces));
+    }
     let read_timeout = Duration::from_secs(args.header_read_timeout_secs);
     let app = router(state.clone(), read_timeout);
     let (shutdown, shutdown_rx) = watch::channel(0u32);

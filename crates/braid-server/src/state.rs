@@ -17,6 +17,7 @@ use crate::error::ApiError;
 use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::openai_types::unix_now;
+use crate::request_traces::RequestTraces;
 use crate::validation::Limits;
 use braid_engine::{spawn_engine, EngineConfig, EngineHandle};
 use braid_model::LoadedModel;
@@ -87,6 +88,8 @@ pub struct Shared {
     pub prep_wait: Duration,
     /// Places for `/debug/steps` viewers, each an endless stream.
     pub step_viewers: Arc<Semaphore>,
+    /// The request-trace exporter (`--otlp-traces-endpoint`), set once at start.
+    pub traces: OnceLock<Arc<RequestTraces>>,
     ready: OnceLock<Ready>,
 }
 
@@ -118,6 +121,7 @@ impl AppState {
             prep: Arc::new(Semaphore::new(PREP_THREADS)),
             prep_wait: Duration::from_secs(args.prep_wait_secs),
             step_viewers: Arc::new(Semaphore::new(MAX_STEP_VIEWERS)),
+            traces: OnceLock::new(),
             ready: OnceLock::new(),
         }))
     }

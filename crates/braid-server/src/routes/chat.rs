@@ -11,12 +11,13 @@ use crate::openai_types::{
     ChatCompletionResponse, ChatDelta, ChatMessageOut, FunctionCallOut, ToolCallDelta, ToolCallOut,
     Usage,
 };
-use crate::routes::{admit, Answer};
+use crate::routes::{admit, Answer, RequestOrigin};
 use crate::sse::StreamFormat;
 use crate::state::AppState;
 use crate::tools::CallReading;
 use crate::{error::ApiError, validation};
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use braid_engine::FinishReason;
 use braid_model::LoadedModel;
@@ -25,9 +26,11 @@ use std::sync::Arc;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let a = admit(&state, req, validation::chat, "chat").await?;
+    let origin = RequestOrigin::of("chat", &headers);
+    let a = admit(&state, req, validation::chat, &origin).await?;
     let format = ChatFormat {
         id: state.response_id("chatcmpl", a.generations[0].id),
         created: unix_now(),

@@ -6,20 +6,23 @@ use crate::logprobs::{prompt_logprobs, CompletionLogprobsBuilder};
 use crate::openai_types::{
     unix_now, CompletionChoice, CompletionRequest, CompletionResponse, Usage,
 };
-use crate::routes::{admit, Answer};
+use crate::routes::{admit, Answer, RequestOrigin};
 use crate::sse::StreamFormat;
 use crate::state::AppState;
 use crate::{error::ApiError, validation};
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use braid_model::LoadedModel;
 use std::sync::Arc;
 
 pub async fn completions(
     State(state): State<AppState>,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let a = admit(&state, req, validation::completion, "completions").await?;
+    let origin = RequestOrigin::of("completions", &headers);
+    let a = admit(&state, req, validation::completion, &origin).await?;
     let choices = a.generations.len();
     let format = CompletionFormat {
         id: state.response_id("cmpl", a.generations[0].id),

@@ -16,10 +16,12 @@ pub mod worker;
 use crate::error::{ApiError, ValidationError};
 use crate::generation::{Collected, Generation};
 use crate::openai_types::Usage;
+use crate::request_traces::RequestTraces;
 use crate::sse::{sse_response, StreamFormat};
 use crate::state::AppState;
 use crate::tools::CallReading;
 use crate::validation::{Limits, ValidatedRequest};
+use axum::http::HeaderMap;
 use braid_model::LoadedModel;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -121,13 +123,35 @@ impl Admitted {
     }
 }
 
+/// Where a generation request came from: the endpoint, and what its caller sent to follow it
+/// (`x-request-id`, a W3C `traceparent`).
+pub struct RequestOrigin {
+    pub endpoint: &'static str,
+    pub request_id: String,
+    pub trace_parent: opentelemetry::Context,
+}
+
+impl RequestOrigin {
+    pub fn of(endpoint: &'static str, headers: &HeaderMap) -> Self {
+        let request_id = headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        Self {
+            endpoint,
+            request_id: request_id[..request_id.len().min(128)].to_string(),
+            trace_parent: RequestTraces::parent(headers),
+        }
+    }
+}
+
 /// What both generation endpoints do first: validate the body (off the async workers) and
 /// hand it to the engine.
 pub(crate) async fn admit<R: Send + 'static>(
     state: &AppState,
     req: R,
     validate: fn(&R, &LoadedModel, &Limits) -> Result<ValidatedRequest, ValidationError>,
-    endpoint: &'static str,
+    origin: &RequestOrigin,
 ) -> Result<Admitted, ApiError> {
     let arrival = Instant::now();
     let ready = state.ready()?;
@@ -152,7 +176,7 @@ pub(crate) async fn admit<R: Send + 'static>(
             ready,
             choice,
             arrival,
-            endpoint,
+            origin,
             first_of_prompt,
             first_of_request,
         )?);

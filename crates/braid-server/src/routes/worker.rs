@@ -6,10 +6,11 @@
 
 use crate::error::ApiError;
 use crate::openai_types::CompletionRequest;
-use crate::routes::admit;
+use crate::routes::{admit, RequestOrigin};
 use crate::state::AppState;
 use crate::validation;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -48,12 +49,16 @@ pub async fn get_model_info(State(state): State<AppState>) -> Result<Json<Value>
 
 /// 200 once the model has written a token for a one-token request; the request's error
 /// otherwise (503 while loading or draining).
-pub async fn health_generate(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub async fn health_generate(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     let probe: CompletionRequest = serde_json::from_value(json!({
         "prompt": "Hello", "max_tokens": 1, "temperature": 0
     }))
     .expect("the probe is a completion request");
-    let admitted = admit(&state, probe, validation::completion, "health_generate").await?;
+    let origin = RequestOrigin::of("health_generate", &headers);
+    let admitted = admit(&state, probe, validation::completion, &origin).await?;
     for generation in admitted.generations {
         generation.collect().await?;
     }
