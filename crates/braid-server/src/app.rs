@@ -20,7 +20,7 @@ use crate::routes::{
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderName, HeaderValue, Method};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -72,13 +72,7 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
             TraceLayer::new_for_http()
                 .make_span_with(|req: &Request| {
                     // The path only: a query string may carry `api_key`.
-                    // A client's id is its own text: logged quoted, and not past 128 bytes.
-                    let id = req
-                        .headers()
-                        .get(REQUEST_ID)
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default();
-                    let id = &id[..id.len().min(128)]; // visible ASCII: `to_str` allows nothing else
+                    let id = request_id(req.headers());
                     tracing::info_span!("http", method = %req.method(), path = req.uri().path(), request_id = id)
                 })
                 // A 503 while loading or draining is the server working as meant (a health
@@ -93,6 +87,16 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
 
 /// The header a request's id travels in, both ways (vLLM's, vllm-router's and most proxies').
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The request's id, as the layers above set it (the caller's, or a new UUID). A caller's id
+/// is its own text: it is logged quoted, and not past 128 bytes.
+pub fn request_id(headers: &HeaderMap) -> &str {
+    let id = headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    &id[..id.len().min(128)] // visible ASCII: `to_str` allows nothing else
+}
 
 /// CORS for the given origins (`*`: any); None when there are none (no CORS headers at all).
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {

@@ -133,13 +133,9 @@ pub struct RequestOrigin {
 
 impl RequestOrigin {
     pub fn of(endpoint: &'static str, headers: &HeaderMap) -> Self {
-        let request_id = headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
         Self {
             endpoint,
-            request_id: request_id[..request_id.len().min(128)].to_string(),
+            request_id: crate::app::request_id(headers).to_string(),
             trace_parent: RequestTraces::parent(headers),
         }
     }
