@@ -18,7 +18,7 @@ use crate::generation::{Collected, Generation};
 use crate::openai_types::Usage;
 use crate::request_traces::RequestTraces;
 use crate::sse::{sse_response, StreamFormat};
-use crate::state::AppState;
+use crate::state::{AppState, Ready};
 use crate::tools::CallReading;
 use crate::validation::{Limits, ValidatedRequest};
 use axum::http::HeaderMap;
@@ -141,18 +141,32 @@ impl RequestOrigin {
     }
 }
 
-/// What both generation endpoints do first: validate the body (off the async workers) and
-/// hand it to the engine.
-pub(crate) async fn admit<R: Send + 'static>(
+/// The validation a generation endpoint runs, for the model being served.
+pub(crate) type Validate<R> =
+    fn(&R, &LoadedModel, &Limits) -> Result<ValidatedRequest, ValidationError>;
+
+/// A generation body validated (off the async workers) against the served model, with it:
+/// what the generation endpoints and their render endpoints both start from.
+pub(crate) async fn validated<R: Send + 'static>(
     state: &AppState,
     req: R,
-    validate: fn(&R, &LoadedModel, &Limits) -> Result<ValidatedRequest, ValidationError>,
-    origin: &RequestOrigin,
-) -> Result<Admitted, ApiError> {
-    let arrival = Instant::now();
+    validate: Validate<R>,
+) -> Result<(ValidatedRequest, &Ready), ApiError> {
     let ready = state.ready()?;
     let (model, limits) = (ready.model.clone(), ready.limits.clone());
     let valid = blocking(state, move || validate(&req, &model, &limits)).await??;
+    Ok((valid, ready))
+}
+
+/// What both generation endpoints do first: validate the body and hand it to the engine.
+pub(crate) async fn admit<R: Send + 'static>(
+    state: &AppState,
+    req: R,
+    validate: Validate<R>,
+    origin: &RequestOrigin,
+) -> Result<Admitted, ApiError> {
+    let arrival = Instant::now();
+    let (valid, ready) = validated(state, req, validate).await?;
     let (stream, include_usage, logprobs, n) = (
         valid.stream,
         valid.include_usage,

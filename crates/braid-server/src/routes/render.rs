@@ -9,7 +9,7 @@
 use crate::error::ApiError;
 use crate::json_body::ApiJson;
 use crate::openai_types::{ChatCompletionRequest, CompletionRequest, RenderedRequest};
-use crate::routes::blocking;
+use crate::routes::validated;
 use crate::state::AppState;
 use crate::validation::{self, ValidatedRequest};
 use axum::extract::State;
@@ -22,12 +22,7 @@ pub async fn render_completion(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Json<Vec<RenderedRequest>>, ApiError> {
-    let ready = state.ready()?;
-    let (model, limits) = (ready.model.clone(), ready.limits.clone());
-    let valid = blocking(&state, move || {
-        validation::completion(&req, &model, &limits)
-    })
-    .await??;
+    let (valid, ready) = validated(&state, req, validation::completion).await?;
     let first = valid.prompt.clone();
     let prompts = std::iter::once(first).chain(valid.more_prompts.iter().map(|(p, _)| p.clone()));
     let rendered = prompts
@@ -44,9 +39,7 @@ pub async fn render_chat(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Json<RenderedRequest>, ApiError> {
-    let ready = state.ready()?;
-    let (model, limits) = (ready.model.clone(), ready.limits.clone());
-    let valid = blocking(&state, move || validation::chat(&req, &model, &limits)).await??;
+    let (valid, ready) = validated(&state, req, validation::chat).await?;
     let id = state.response_id("chatcmpl", ready.engine.next_request_id());
     let ids = valid.prompt.clone();
     Ok(Json(rendered(
