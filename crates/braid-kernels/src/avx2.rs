@@ -171,7 +171,7 @@ pub(crate) static AVX2_OPS: KernelOps = KernelOps {
     floats: FloatIsa::Avx2,
     peak: Some(PeakOp {
         macs: 32,
-        run: crate::int8_peak::x86::maddubs256,
+        run: crate::peak_loops::x86::maddubs256,
     }),
 };
 
@@ -183,7 +183,7 @@ pub(crate) static AVXVNNI_OPS: KernelOps = KernelOps {
     floats: FloatIsa::Avx2,
     peak: Some(PeakOp {
         macs: 32,
-        run: crate::int8_peak::x86::dpbusd256,
+        run: crate::peak_loops::x86::dpbusd256,
     }),
 };
 

@@ -56,7 +56,7 @@ pub(crate) static OPS: KernelOps = KernelOps {
     floats: FloatIsa::Avx512,
     peak: Some(PeakOp {
         macs: 64,
-        run: crate::int8_peak::x86::dpbusd512,
+        run: crate::peak_loops::x86::dpbusd512,
     }),
 };
 

@@ -7,11 +7,9 @@
 //! `vpdpbusd` on 512 or 256 bits for the VNNI kernels, `vpmaddubsw` + `vpaddw` for AVX2 (the
 //! 4-bit path's inner pair), `sdot` for NEON. One multiply-add counts as two operations.
 
-use super::Kernel;
+use crate::peak_loops::CHAINS;
+use crate::Kernel;
 use std::time::Instant;
-
-/// Independent accumulators per thread: enough to cover the instructions' latency.
-const CHAINS: usize = 12;
 
 /// Operations per second (GOP/s, a multiply-add being two) that `kernel`'s multiply-add
 /// instruction sustains on all rayon threads together, or `None` for the portable kernel,
@@ -32,81 +30,6 @@ pub fn int8_peak_gops(kernel: Kernel, iters: usize) -> Option<f64> {
     let threads = rayon::current_num_threads() as f64;
     let macs = threads * (iters * CHAINS * peak.macs) as f64;
     Some(2.0 * macs / secs / 1e9)
-}
-
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod x86 {
-    use super::CHAINS;
-    use std::arch::x86_64::*;
-    use std::hint::black_box;
-
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(crate) unsafe fn dpbusd512(iters: usize) -> i32 {
-        let (a, b) = (
-            black_box(_mm512_set1_epi8(1)),
-            black_box(_mm512_set1_epi8(1)),
-        );
-        let mut acc = [_mm512_setzero_si512(); CHAINS];
-        for _ in 0..iters {
-            for x in acc.iter_mut() {
-                *x = _mm512_dpbusd_epi32(*x, a, b);
-            }
-        }
-        acc.iter().fold(0, |s, x| s ^ _mm512_reduce_add_epi32(*x))
-    }
-
-    #[target_feature(enable = "avx2,avxvnni")]
-    pub(crate) unsafe fn dpbusd256(iters: usize) -> i32 {
-        let (a, b) = (
-            black_box(_mm256_set1_epi8(1)),
-            black_box(_mm256_set1_epi8(1)),
-        );
-        let mut acc = [_mm256_setzero_si256(); CHAINS];
-        for _ in 0..iters {
-            for x in acc.iter_mut() {
-                *x = _mm256_dpbusd_avx_epi32(*x, a, b);
-            }
-        }
-        acc.iter().fold(0, |s, x| s ^ _mm256_extract_epi32::<0>(*x))
-    }
-
-    #[target_feature(enable = "avx2")]
-    pub(crate) unsafe fn maddubs256(iters: usize) -> i32 {
-        let b = black_box(_mm256_set1_epi8(1));
-        let mut acc = [_mm256_setzero_si256(); CHAINS];
-        for _ in 0..iters {
-            for x in acc.iter_mut() {
-                // The accumulator is also an input: a product of loop invariants would be
-                // computed once, outside the loop.
-                *x = _mm256_add_epi16(*x, _mm256_maddubs_epi16(*x, b));
-            }
-        }
-        acc.iter().fold(0, |s, x| s ^ _mm256_extract_epi32::<0>(*x))
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-pub(crate) mod arm {
-    use super::CHAINS;
-    use std::arch::aarch64::*;
-    use std::arch::asm;
-    use std::hint::black_box;
-
-    #[target_feature(enable = "neon,dotprod")]
-    pub(crate) unsafe fn sdot(iters: usize) -> i32 {
-        let (a, b) = (black_box(vdupq_n_s8(1)), black_box(vdupq_n_s8(1)));
-        let mut acc = [vdupq_n_s32(0); CHAINS];
-        for _ in 0..iters {
-            for x in acc.iter_mut() {
-                // SAFETY: dotprod is enabled; the instruction touches only its registers.
-                unsafe {
-                    asm!("sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b", acc = inout(vreg) *x,
-                         a = in(vreg) a, b = in(vreg) b, options(pure, nomem, nostack))
-                };
-            }
-        }
-        acc.iter().fold(0, |s, x| s ^ vgetq_lane_s32::<0>(*x))
-    }
 }
 
 #[cfg(test)]

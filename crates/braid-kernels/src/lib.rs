@@ -44,6 +44,7 @@ mod neon;
 mod packed_weight;
 mod panels;
 pub mod parallel_rows;
+mod peak_loops;
 mod quantized_rows;
 pub mod selection;
 mod send_ptr;

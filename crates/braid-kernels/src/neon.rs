@@ -99,7 +99,7 @@ pub(crate) static DOTPROD_OPS: KernelOps = KernelOps {
     floats: FloatIsa::Portable,
     peak: Some(PeakOp {
         macs: 16,
-        run: crate::int8_peak::arm::sdot,
+        run: crate::peak_loops::arm::sdot,
     }),
 };
 
@@ -111,7 +111,7 @@ pub(crate) static I8MM_OPS: KernelOps = KernelOps {
     floats: FloatIsa::Portable,
     peak: Some(PeakOp {
         macs: 16,
-        run: crate::int8_peak::arm::sdot,
+        run: crate::peak_loops::arm::sdot,
     }),
 };
 

@@ -12,15 +12,15 @@
 
 use crate::auth::require_key;
 use crate::error::{ApiError, ErrorMessage};
-use crate::kv_events;
 use crate::openapi::openapi_json;
+use crate::request_origin::{request_id, REQUEST_ID};
 use crate::routes::{
     chat, completions, dashboard, fallback, health, metrics_route, models, render, tokenize,
     tokenizer_info, worker,
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method};
+use axum::http::{header, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -49,7 +49,7 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .route("/get_server_info", get(worker::get_server_info))
         .route("/get_model_info", get(worker::get_model_info))
         .route("/flush_cache", post(worker::flush_cache))
-        .route("/kv_event_sources", get(kv_events::kv_event_sources))
+        .route("/kv_event_sources", get(worker::kv_event_sources))
         .route("/metrics", get(metrics_route::metrics))
         .route("/dashboard", get(dashboard::dashboard))
         .route("/debug/steps", get(dashboard::steps))
@@ -83,19 +83,6 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .with_state(state)
-}
-
-/// The header a request's id travels in, both ways (vLLM's, vllm-router's and most proxies').
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// The request's id, as the layers above set it (the caller's, or a new UUID). A caller's id
-/// is its own text: it is logged quoted, and not past 128 bytes.
-pub fn request_id(headers: &HeaderMap) -> &str {
-    let id = headers
-        .get(REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    &id[..id.len().min(128)] // visible ASCII: `to_str` allows nothing else
 }
 
 /// CORS for the given origins (`*`: any); None when there are none (no CORS headers at all).

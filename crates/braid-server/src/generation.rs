@@ -20,8 +20,8 @@
 
 use crate::error::ApiError;
 use crate::openai_types::Usage;
+use crate::request_origin::RequestOrigin;
 use crate::request_traces::{RequestTraces, TracedRequest};
-use crate::routes::RequestOrigin;
 use crate::state::{AppState, Ready};
 use crate::stop_strings::{StopMatcher, StopOutcome};
 use crate::validation::ValidatedRequest;

@@ -145,7 +145,7 @@ fn start(state: &AppState, max_tokens: usize, stops: &[&str]) -> Generation {
         ready,
         req,
         Instant::now(),
-        &crate::routes::RequestOrigin::of("test", &Default::default()),
+        &crate::request_origin::RequestOrigin::of("test", &Default::default()),
         None,
         None,
     )

@@ -20,15 +20,9 @@
 //! its router loses nothing the router could have used: the router cannot link blocks whose
 //! parents it never saw, and routes on what it hears from then on.
 
-use crate::error::ApiError;
-use crate::state::AppState;
 use anyhow::Context;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::Json;
 use braid_engine::CacheEvent;
 use serde::Serialize;
-use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
@@ -37,8 +31,8 @@ const MAX_EVENTS_PER_MESSAGE: usize = 4096;
 
 /// Publishes the engine's cache events on a bound PUB socket.
 pub struct KvEventPublisher {
-    endpoint: String,
-    topic: String,
+    pub endpoint: String,
+    pub topic: String,
     events: UnboundedSender<Vec<CacheEvent>>,
 }
 
@@ -162,32 +156,6 @@ pub fn encode(events: &[CacheEvent], block_size: u32, ts: f64) -> Vec<u8> {
         })
         .collect();
     rmp_serde::to_vec_named(&(ts, wire)).expect("events encode as MessagePack")
-}
-
-/// GET /kv_event_sources: where a router subscribes (vllm-router's discovery reads this when
-/// it is not told `--kv-event-source`); 404 without `--kv-events`.
-pub async fn kv_event_sources(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let ready = state.ready()?;
-    let publisher = ready.kv_events.as_ref().ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "this server publishes no KV-cache events; start it with --kv-events tcp://HOST:PORT",
-        )
-        .with_code("kv_events_off")
-    })?;
-    Ok(Json(json!({
-        "0": {
-            "endpoint": publisher.endpoint,
-            "replay_endpoint": null,
-            "topic": publisher.topic,
-            "hwm": 100000,
-            "publisher": "zmq",
-            "encoding": "msgpack",
-            "schema_version": 1,
-            "enable_kv_cache_events": true,
-        }
-    })))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod openai_types;
 pub mod openapi;
 pub mod request_fields;
+pub mod request_origin;
 pub mod request_traces;
 pub mod routes;
 pub mod server;

@@ -11,7 +11,8 @@ use crate::openai_types::{
     ChatCompletionResponse, ChatDelta, ChatMessageOut, FunctionCallOut, ToolCallDelta, ToolCallOut,
     Usage,
 };
-use crate::routes::{admit, Answer, RequestOrigin};
+use crate::request_origin::RequestOrigin;
+use crate::routes::{admit, Answer};
 use crate::sse::StreamFormat;
 use crate::state::AppState;
 use crate::tools::CallReading;

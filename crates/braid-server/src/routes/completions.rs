@@ -6,7 +6,8 @@ use crate::logprobs::{prompt_logprobs, CompletionLogprobsBuilder};
 use crate::openai_types::{
     unix_now, CompletionChoice, CompletionRequest, CompletionResponse, Usage,
 };
-use crate::routes::{admit, Answer, RequestOrigin};
+use crate::request_origin::RequestOrigin;
+use crate::routes::{admit, Answer};
 use crate::sse::StreamFormat;
 use crate::state::AppState;
 use crate::{error::ApiError, validation};

@@ -16,12 +16,11 @@ pub mod worker;
 use crate::error::{ApiError, ValidationError};
 use crate::generation::{Collected, Generation};
 use crate::openai_types::Usage;
-use crate::request_traces::RequestTraces;
+use crate::request_origin::RequestOrigin;
 use crate::sse::{sse_response, StreamFormat};
 use crate::state::{AppState, Ready};
 use crate::tools::CallReading;
 use crate::validation::{Limits, ValidatedRequest};
-use axum::http::HeaderMap;
 use braid_model::LoadedModel;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -120,24 +119,6 @@ impl Admitted {
                 .await?;
         let usage = Usage::of_choices(choices.iter().map(|c| c.usage), self.n);
         Ok(Answer::Whole(choices, usage, format))
-    }
-}
-
-/// Where a generation request came from: the endpoint, and what its caller sent to follow it
-/// (`x-request-id`, a W3C `traceparent`).
-pub struct RequestOrigin {
-    pub endpoint: &'static str,
-    pub request_id: String,
-    pub trace_parent: opentelemetry::Context,
-}
-
-impl RequestOrigin {
-    pub fn of(endpoint: &'static str, headers: &HeaderMap) -> Self {
-        Self {
-            endpoint,
-            request_id: crate::app::request_id(headers).to_string(),
-            trace_parent: RequestTraces::parent(headers),
-        }
     }
 }
 

@@ -2,15 +2,17 @@
 //! GET /get_load (its `power_of_two` policy polls it), GET /get_server_info (its `kv_aware`
 //! policy reads the model id and the KV block size there), GET /get_model_info,
 //! GET /health_generate (health that proves the model answers) and POST /flush_cache (the
-//! router sends it to every worker).
+//! router sends it to every worker); and GET /kv_event_sources, where vllm-router finds a
+//! worker's KV-cache events.
 
 use crate::error::ApiError;
 use crate::openai_types::CompletionRequest;
-use crate::routes::{admit, RequestOrigin};
+use crate::request_origin::RequestOrigin;
+use crate::routes::admit;
 use crate::state::AppState;
 use crate::validation;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -75,4 +77,30 @@ pub async fn flush_cache(State(state): State<AppState>) -> Result<Json<Value>, A
         .await
         .ok_or_else(|| ApiError::internal("the engine has stopped"))?;
     Ok(Json(json!({"status": "ok", "dropped_blocks": dropped})))
+}
+
+/// GET /kv_event_sources: where a router subscribes (vllm-router's discovery reads this when
+/// it is not told `--kv-event-source`); 404 without `--kv-events`.
+pub async fn kv_event_sources(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let ready = state.ready()?;
+    let publisher = ready.kv_events.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "this server publishes no KV-cache events; start it with --kv-events tcp://HOST:PORT",
+        )
+        .with_code("kv_events_off")
+    })?;
+    Ok(Json(json!({
+        "0": {
+            "endpoint": publisher.endpoint,
+            "replay_endpoint": null,
+            "topic": publisher.topic,
+            "hwm": 100000,
+            "publisher": "zmq",
+            "encoding": "msgpack",
+            "schema_version": 1,
+            "enable_kv_cache_events": true,
+        }
+    })))
 }
