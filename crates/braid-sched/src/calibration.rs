@@ -139,6 +139,7 @@ mod tests {
                 prefill_tokens: 128,
                 decode_seqs: 4,
                 attended_tokens: 4 * 65 + 128 * 129 / 2,
+                embed_tokens: 0,
             }
         );
     }

@@ -60,6 +60,16 @@
 //! Cached blocks nobody holds count as free, so none of the rules above change. The rules
 //! live in `planner_prefix.rs`.
 //!
+//! **Embeddings** (`embedding_queue.rs`) are texts for a second model, read whole, with no
+//! sequence and no KV blocks. They join a step the way a prompt slice does: as many of the
+//! oldest texts as keep the predicted step under the target (the cost model has a term for
+//! them), and at most `max_batched_tokens` padded tokens of them, counted apart from the
+//! generation model's. Prompts and embeddings go in the order they arrived: when the oldest
+//! waiting text came before every prompt still being read, embeddings are planned first,
+//! otherwise after the prompts, so a bulk indexing job neither starves a chat's prompt nor
+//! is starved by a stream of them. The oldest text waiting past `starvation_after` runs
+//! anyway, as does the oldest text of a step that would otherwise be empty.
+//!
 //! `now` is only used for starvation and `first_scheduled`; the planner has no clock.
 
 use std::collections::{HashMap, VecDeque};
@@ -67,6 +77,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::block_allocator::BlockAllocator;
 use crate::cache_events::CacheEvent;
 use crate::cost_model::{CostModel, StepFeatures};
+use crate::embedding_queue::{EmbedRequestId, EmbedText, EmbeddingQueue};
 use crate::prefix_cache::{BlockHasher, PrefixCacheStats};
 use crate::prompt_shares::PromptShares;
 use crate::sequence::{FinishedSeq, SeqId, SeqState, Sequence, StopConditions};
@@ -91,6 +102,7 @@ pub struct Scheduler {
     prefix_stats: PrefixCacheStats,
     headroom: StepHeadroom,
     shares: PromptShares,
+    embeddings: EmbeddingQueue,
 }
 
 /// Running totals while one step is assembled.
@@ -134,6 +146,7 @@ impl Scheduler {
             prefix_stats: PrefixCacheStats::default(),
             headroom: StepHeadroom::default(),
             shares: PromptShares::default(),
+            embeddings: EmbeddingQueue::default(),
         }
     }
 
@@ -156,6 +169,22 @@ impl Scheduler {
         self.seqs.insert(id, Sequence::new(id, prompt, stop, now));
         self.shares.add(id);
         self.waiting.push_back(id);
+    }
+
+    /// Queues a text for the embedding model (validated by the caller: non-empty, within the
+    /// model's length).
+    pub fn add_embedding(&mut self, text: EmbedText) {
+        self.embeddings.push(text);
+    }
+
+    /// Forgets a request's texts still waiting to be embedded (its client left); how many.
+    pub fn abort_embedding(&mut self, request: EmbedRequestId) -> usize {
+        self.embeddings.remove_request(request)
+    }
+
+    /// Texts waiting to be embedded.
+    pub fn num_embed_waiting(&self) -> usize {
+        self.embeddings.len()
     }
 
     /// Makes waiting sequence `id` part of the same request as `first` (another prompt or
@@ -263,6 +292,14 @@ impl Scheduler {
             }))
             .collect();
         candidates.sort();
+        let embed_first = self.embeddings.oldest_arrival().is_some_and(|text| {
+            candidates
+                .iter()
+                .all(|&(_, _, _, id)| self.seqs[&id].arrival > text)
+        });
+        if embed_first {
+            self.plan_embeddings(now, &mut budget, &mut plan);
+        }
         // Once a queued sequence cannot be admitted, no queued one behind it is.
         let mut queue_open = true;
         for (_, queued, _, id) in candidates {
@@ -281,11 +318,39 @@ impl Scheduler {
             }
         }
 
+        if !embed_first {
+            self.plan_embeddings(now, &mut budget, &mut plan);
+        }
+
         if !plan.is_empty() {
             plan.predicted_secs = Some(self.cost.predict(budget.features));
             plan.planned_to_secs = budget.target_secs;
         }
         plan
+    }
+
+    /// The texts this step embeds: the oldest that fit the target and the token cap (see the
+    /// module docs).
+    fn plan_embeddings(&mut self, now: f64, budget: &mut StepBudget, plan: &mut StepPlan) {
+        let Some(oldest) = self.embeddings.oldest_arrival() else {
+            return;
+        };
+        let (base, target, cap) = (
+            budget.features,
+            budget.target_secs,
+            self.cfg.max_batched_tokens,
+        );
+        let cost = &self.cost;
+        let fit = |padded: usize| {
+            padded <= cap
+                && target.is_none_or(|t| cost.predict(base.with_embed_tokens(padded)) <= t)
+        };
+        let starving = now - oldest >= self.cfg.starvation_after.as_secs_f64();
+        let batches = self
+            .embeddings
+            .take(fit, starving || plan.chunks.is_empty());
+        budget.features.embed_tokens += batches.iter().map(|b| b.padded_tokens()).sum::<usize>();
+        plan.embeddings = batches;
     }
 
     /// The prompt the starvation guarantee goes to: of the prompts waiting longer than
@@ -681,7 +746,7 @@ impl Scheduler {
 
     /// Nothing running or waiting.
     pub fn is_idle(&self) -> bool {
-        self.running.is_empty() && self.waiting.is_empty()
+        self.running.is_empty() && self.waiting.is_empty() && self.embeddings.is_empty()
     }
 
     /// Feeds the cost model one measured step (`features` from [`StepFeatures::of`]).

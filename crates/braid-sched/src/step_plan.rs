@@ -8,6 +8,7 @@
 //! instead of differencing the scheduler's running totals.
 
 use crate::block_allocator::BlockId;
+use crate::embedding_queue::EmbeddingBatch;
 use crate::prefix_cache::PrefixCacheStats;
 use crate::sequence::SeqId;
 
@@ -58,12 +59,24 @@ pub struct StepPlan {
     /// KV blocks to copy, (source, destination), before the step runs: the prompt's last,
     /// partial block, from the choice that read the prompt to another choice of it.
     pub block_copies: Vec<BlockCopy>,
+    /// Texts for the embedding model, in batches of near-equal length.
+    pub embeddings: Vec<EmbeddingBatch>,
 }
 
 impl StepPlan {
     /// Nothing to run.
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
+        self.chunks.is_empty() && self.embeddings.is_empty()
+    }
+
+    /// Texts this step embeds.
+    pub fn num_embed_texts(&self) -> usize {
+        self.embeddings.iter().map(|b| b.texts.len()).sum()
+    }
+
+    /// Tokens the embedding model computes in this step, padding included.
+    pub fn num_embed_tokens(&self) -> usize {
+        self.embeddings.iter().map(|b| b.padded_tokens()).sum()
     }
 
     /// Rows fed in total (decodes + prompt tokens).

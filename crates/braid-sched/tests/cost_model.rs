@@ -26,7 +26,7 @@ fn random_step(rng: &mut Rng) -> StepFeatures {
     f
 }
 
-fn assert_close(got: [f64; 4], want: [f64; 4], rel: [f64; 4]) {
+fn assert_close(got: [f64; 5], want: [f64; 4], rel: [f64; 4]) {
     for j in 0..4 {
         let err = (got[j] - want[j]).abs() / want[j];
         assert!(
@@ -83,6 +83,7 @@ fn coefficients_stay_non_negative() {
             prefill_tokens: rng.range(0, 300),
             decode_seqs: rng.range(0, 10),
             attended_tokens: 0,
+            embed_tokens: 0,
         };
         let secs = 0.05 + 0.001 * f.prefill_tokens as f64 - 0.002 * f.decode_seqs as f64;
         m.observe(f, secs);
@@ -101,6 +102,7 @@ fn unexcited_coefficient_keeps_its_prior() {
             prefill_tokens: 0,
             decode_seqs: 1 + k % 8,
             attended_tokens: 0,
+            embed_tokens: 0,
         };
         m.observe(f, 0.02 + 0.002 * f.decode_seqs as f64);
     }
@@ -124,6 +126,7 @@ fn prompt_evidence_survives_a_long_decode_only_stretch() {
             prefill_tokens: rng.range(16, 512),
             decode_seqs: rng.range(0, 4),
             attended_tokens: 0,
+            embed_tokens: 0,
         };
         m.observe(f, truth(f));
     }
@@ -132,6 +135,7 @@ fn prompt_evidence_survives_a_long_decode_only_stretch() {
             prefill_tokens: 0,
             decode_seqs: rng.range(1, 4),
             attended_tokens: 0,
+            embed_tokens: 0,
         };
         m.observe(f, truth(f));
     }
@@ -147,12 +151,49 @@ fn ignores_nonsense_timings() {
         prefill_tokens: 10,
         decode_seqs: 1,
         attended_tokens: 55,
+        embed_tokens: 0,
     };
     for secs in [f64::NAN, f64::INFINITY, -1.0, 0.0] {
         m.observe(f, secs);
     }
     assert_eq!((m.num_observations(), m.coefficients()), (0, m.prior()));
-    assert!(CostModel::new([-1.0, f64::NAN, 0.5, 0.0]).coefficients() == [0.0, 0.0, 0.5, 0.0]);
+    assert!(CostModel::new([-1.0, f64::NAN, 0.5, 0.0]).coefficients()[..4] == [0.0, 0.0, 0.5, 0.0]);
+}
+
+#[test]
+fn learns_what_an_embedded_token_costs_beside_the_rest() {
+    // Embedding steps come and go between generation steps; the embedding coefficient must be
+    // found without disturbing the others, from a prior 5x too high.
+    const EMBED: f64 = 0.0003;
+    let mut rng = Rng::new(7);
+    let mut m = CostModel::new(TRUE).with_embed_prior(0.0015);
+    let step = |rng: &mut Rng| {
+        let mut f = random_step(rng);
+        if rng.chance(0.5) {
+            f.embed_tokens = rng.range(8, 2048);
+        }
+        f
+    };
+    let cost = |f: StepFeatures| truth(f) + EMBED * f.embed_tokens as f64;
+    for _ in 0..400 {
+        let f = step(&mut rng);
+        m.observe(f, cost(f) * (1.0 + 0.10 * (rng.unit() - 0.5)));
+    }
+    let c = m.coefficients();
+    assert!(
+        (c[4] - EMBED).abs() / EMBED < 0.05,
+        "embed coefficient {c:?}"
+    );
+    for _ in 0..200 {
+        let f = step(&mut rng);
+        let err = (m.predict(f) - cost(f)).abs() / cost(f);
+        assert!(
+            err < 0.05,
+            "{f:?}: predicted {} true {}",
+            m.predict(f),
+            cost(f)
+        );
+    }
 }
 
 #[test]
@@ -169,6 +210,7 @@ fn max_prefill_tokens_is_exact_and_monotone_in_target() {
                 prefill_tokens: 0,
                 decode_seqs: 4,
                 attended_tokens: 3000,
+                embed_tokens: 0,
             };
             f.add_chunk(0, n, false);
             m.predict(f)
@@ -199,6 +241,7 @@ fn later_chunks_are_dearer_by_their_attention() {
         prefill_tokens: 0,
         decode_seqs: 2,
         attended_tokens: 1000,
+        embed_tokens: 0,
     };
     let early = m.max_chunk_len(base, 0, 0.1, 4096);
     let late = m.max_chunk_len(base, 6000, 0.1, 4096);

@@ -67,6 +67,7 @@ fn latency_target_follows_the_fitted_model() {
             prefill_tokens: k * 3 % 50,
             decode_seqs: 1 + k % 3,
             attended_tokens: 0,
+            embed_tokens: 0,
         };
         let secs = 0.010 + 0.001 * f.prefill_tokens as f64 + 0.001 * f.decode_seqs as f64;
         s.observe_step(f, secs);
@@ -214,6 +215,7 @@ fn steps_are_planned_to_the_share_of_the_target_the_cost_model_s_error_leaves() 
         prefill_tokens: 20,
         decode_seqs: 2,
         attended_tokens: 100,
+        embed_tokens: 0,
     };
     for k in 0..300 {
         let predicted = s.cost_model().predict(mixed);
@@ -239,6 +241,7 @@ fn steps_are_planned_to_the_share_of_the_target_the_cost_model_s_error_leaves() 
         prefill_tokens: 0,
         decode_seqs: 2,
         attended_tokens: 100,
+        embed_tokens: 0,
     };
     for _ in 0..300 {
         s.observe_step(decodes, 1.0);

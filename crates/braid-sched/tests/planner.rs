@@ -413,7 +413,8 @@ fn features_of_a_plan_count_attention() {
         StepFeatures {
             prefill_tokens: 4,
             decode_seqs: 1,
-            attended_tokens: 4 + 10
+            attended_tokens: 4 + 10,
+            embed_tokens: 0,
         }
     );
 }
