@@ -3,9 +3,9 @@
 # (.venv) with the official openai client, pytest and pytest-xdist (scripts/test.sh runs two
 # test files at a time), requests, schemathesis (OpenAPI fuzzer), lm-eval
 # (lm-evaluation-harness, its API models only, no torch), vllm-router (vLLM's router, a Rust
-# binary in a wheel) and playwright (driving Debian's
-# chromium, never a downloaded browser); oha (load generator); chromium; and for the Arm tests
-# (scripts/test-arm.sh) the aarch64 Rust target, cross linker and qemu.
+# binary in a wheel), tokenizers and langchain-openai (the embedding tests) and playwright
+# (driving Debian's chromium, never a downloaded browser); oha (load generator); chromium; and
+# for the Arm tests (scripts/test-arm.sh) the aarch64 Rust target, cross linker and qemu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,7 +38,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import openai, pytest, xdist, requests, playwright, schemathesis, lm_eval, vllm_router" 2>/dev/null; then
+if ! .venv/bin/python -c "import openai, pytest, xdist, requests, playwright, schemathesis, lm_eval, vllm_router, tokenizers, langchain_openai" 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
 fi
 

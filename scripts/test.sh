@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: fetches the models if missing (the default one and Gemma 3 270M, which a
-# smaller set of end-to-end tests runs on), installs what the end-to-end tests use
+# Runs every test: fetches the models if missing (the default one; Gemma 3 270M, which a
+# smaller set of end-to-end tests runs on; and all-MiniLM-L6-v2, the embedding model that
+# tests/e2e/test_embeddings.py serves), installs what the end-to-end tests use
 # (a Python venv with the openai client and pytest, oha, Debian's chromium and nginx, the
 # aarch64 cross toolchain and qemu: the first run needs root for apt-get), checks formatting
 # and lints, builds once in release, then runs the Rust tests, the kernels' tests on aarch64
@@ -58,6 +59,7 @@ trap print_timings EXIT
 start_phase fetch
 scripts/fetch-model.sh
 scripts/fetch-model.sh gemma3-270m
+scripts/fetch-model.sh all-minilm-l6-v2
 
 start_phase tools
 scripts/install-test-tools.sh

@@ -25,6 +25,8 @@ BIN = os.environ.get("BRAID_BIN", str(ROOT / "target" / "release" / "braid"))
 MODEL = os.environ.get("BRAID_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 # The second model (a base model without a chat template); `scripts/fetch-model.sh gemma3-270m`.
 GEMMA_MODEL = os.environ.get("BRAID_GEMMA_MODEL", str(ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"))
+# The embedding model (a sentence-transformers directory); `scripts/fetch-model.sh all-minilm-l6-v2`.
+EMBEDDING_MODEL = os.environ.get("BRAID_EMBEDDING_MODEL", str(ROOT / "models" / "all-MiniLM-L6-v2"))
 
 
 # Sixteen different short prompts, for tests that need many distinct requests.
@@ -55,15 +57,21 @@ def free_port() -> int:
 
 
 class Server:
-    """One `braid serve` process; stopped with SIGTERM so every test run also exercises draining."""
+    """One `braid serve` process; stopped with SIGTERM so every test run also exercises draining.
+    `model` is the GGUF given as `--model`: None for the default (MODEL), "" for no `--model`
+    flag at all (an embedding-only server, given `--embedding-model DIR` in `args`)."""
 
     def __init__(self, *args: str, env: dict | None = None, model: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"braid-e2e-{self.port}.log"
         self.log = open(self.log_path, "w")
-        cmd = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--model", model or MODEL, *args]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        model_args = [] if model == "" else ["--model", MODEL if model is None else model]
+        cmd = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), *model_args, *args]
+        env = {**os.environ, **(env or {})}
+        if model == "":
+            env.pop("BRAID_MODEL", None)  # the flag's environment variable would name one
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 180.0):

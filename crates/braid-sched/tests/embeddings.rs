@@ -37,7 +37,7 @@ fn alone_they_run_in_steps_of_the_token_cap_and_all_finish() {
     let mut s = Scheduler::with_cost_model(cfg(Some(50)), cost());
     let lengths: Vec<usize> = (0..100).map(|i| 5 + i % 40).collect();
     texts(&mut s, 1, &lengths, 0.0);
-    let mut seen = vec![false; 100];
+    let mut seen = [false; 100];
     for k in 0..100 {
         if s.num_embed_waiting() == 0 {
             break;
