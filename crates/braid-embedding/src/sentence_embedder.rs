@@ -109,6 +109,11 @@ impl SentenceEmbedder {
         self.layout.max_tokens
     }
 
+    /// Token ids run from 0 to this, exclusive.
+    pub fn vocab_size(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
+    }
+
     pub fn layout(&self) -> &StLayout {
         &self.layout
     }

@@ -22,6 +22,26 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
+    /// The scheduler's configuration for a server that only embeds: no sequence is ever
+    /// admitted, so it has one block's worth of everything but the step's token cap.
+    pub fn embedding_scheduler_config(&self) -> anyhow::Result<SchedulerConfig> {
+        let cfg = SchedulerConfig {
+            block_size: self.block_size,
+            num_blocks: 1,
+            max_num_seqs: 1,
+            max_batched_tokens: self.max_batched_tokens,
+            max_model_len: self.block_size,
+            chunked_prefill: self.chunked_prefill,
+            itl_target: self.itl_target,
+            starvation_after: self.starvation_after,
+            min_prefill_chunk: 1,
+            prefix_caching: false,
+        };
+        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("engine settings: {e}"))?;
+        Ok(cfg)
+    }
+
     /// The scheduler's configuration for `model`, or why these settings cannot run it.
     pub fn scheduler_config(&self, model: &ModelConfig) -> anyhow::Result<SchedulerConfig> {
         let num_blocks = KvPool::blocks_for_budget(model, self.block_size, self.kv_cache_mb);

@@ -22,9 +22,11 @@
 //! nothing could answer its requests any more.
 
 use crate::config::EngineConfig;
+use crate::embedding_work::EmbeddingWork;
 use crate::handle::{EngineHandle, EngineMessage, EngineShared, Submitted};
 use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
 use crate::request::{EngineEvent, EngineRequest, Finished};
+use braid_embedding::SentenceEmbedder;
 use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
 use braid_sched::{
     CacheEvent, FinishReason, Scheduler, SchedulerConfig, SeqId, StepFeatures, StepPlan,
@@ -39,15 +41,20 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::OwnedSemaphorePermit;
 
-/// Starts the engine thread on `model` and returns the handle requests are submitted to.
-/// The compute pool should be set up first (`compute_pool::init`), or rayon starts its
-/// default one.
+/// Starts the engine thread on `model` (and `embedder`, whose texts share its steps) and
+/// returns the handle requests are submitted to. The compute pool should be set up first
+/// (`compute_pool::init`), or rayon starts its default one.
 pub fn spawn_engine(
-    model: Arc<LoadedModel>,
+    model: Option<Arc<LoadedModel>>,
+    embedder: Option<Arc<SentenceEmbedder>>,
     cfg: EngineConfig,
     observer: Arc<dyn EngineObserver>,
 ) -> anyhow::Result<EngineHandle> {
-    let sched_cfg = cfg.scheduler_config(model.config())?;
+    let sched_cfg = match &model {
+        Some(m) => cfg.scheduler_config(m.config())?,
+        None if embedder.is_some() => cfg.embedding_scheduler_config()?,
+        None => anyhow::bail!("the engine needs a generation model, an embedding model or both"),
+    };
     let num_blocks = sched_cfg.num_blocks;
     observer.started(&EngineInfo {
         block_size: cfg.block_size,
@@ -71,7 +78,9 @@ pub fn spawn_engine(
                 epoch: Instant::now(),
                 sched: Scheduler::new(sched_cfg.clone()),
                 cache_events: observer.wants_cache_events(),
-                kv: KvPool::new(model.config(), cfg.block_size, num_blocks),
+                kv: model
+                    .as_ref()
+                    .map(|m| KvPool::new(m.config(), cfg.block_size, num_blocks)),
                 sched_cfg,
                 model,
                 ws: Workspace::default(),
@@ -79,6 +88,7 @@ pub fn spawn_engine(
                 shared: shared.clone(),
                 observer,
                 steps: 0,
+                embeddings: embedder.map(EmbeddingWork::new),
             };
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 // After calibrating, which ends with a fresh scheduler.
@@ -126,8 +136,9 @@ pub(crate) struct Engine {
     epoch: Instant,
     pub(crate) sched: Scheduler,
     pub(crate) sched_cfg: SchedulerConfig,
-    pub(crate) model: Arc<LoadedModel>,
-    pub(crate) kv: KvPool,
+    /// The generation model and its KV pool; None when the engine only embeds.
+    pub(crate) model: Option<Arc<LoadedModel>>,
+    pub(crate) kv: Option<KvPool>,
     pub(crate) ws: Workspace,
     active: HashMap<SeqId, Active>,
     pub(crate) shared: Arc<EngineShared>,
@@ -136,6 +147,8 @@ pub(crate) struct Engine {
     steps: u64,
     /// The observer wants the prefix cache's events.
     cache_events: bool,
+    /// The embedding model and its requests, when one is served.
+    pub(crate) embeddings: Option<EmbeddingWork>,
 }
 
 /// A token sampled in this step, as the step will report and send it.
@@ -152,9 +165,14 @@ impl Engine {
         self.epoch.elapsed().as_secs_f64()
     }
 
+    /// Nothing to run: no generation or embedding request in flight.
+    fn idle(&self) -> bool {
+        self.active.is_empty() && self.embeddings.as_ref().is_none_or(EmbeddingWork::is_empty)
+    }
+
     fn run(&mut self, rx: mpsc::Receiver<EngineMessage>) {
         loop {
-            if self.active.is_empty() {
+            if self.idle() {
                 match rx.recv() {
                     Ok(message) => self.receive(message),
                     Err(_) => return,
@@ -164,7 +182,7 @@ impl Engine {
                 match rx.try_recv() {
                     Ok(message) => self.receive(message),
                     Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) if self.active.is_empty() => return,
+                    Err(mpsc::TryRecvError::Disconnected) if self.idle() => return,
                     Err(mpsc::TryRecvError::Disconnected) => break,
                 }
             }
@@ -180,9 +198,7 @@ impl Engine {
             }));
             match stepped {
                 Ok(true) => {}
-                Ok(false) if !self.active.is_empty() => {
-                    std::thread::sleep(Duration::from_millis(1))
-                }
+                Ok(false) if !self.idle() => std::thread::sleep(Duration::from_millis(1)),
                 Ok(false) => {}
                 Err(panic) => self.fail_all(&format!("engine panic: {}", panic_message(&*panic))),
             }
@@ -211,6 +227,20 @@ impl Engine {
     fn receive(&mut self, message: EngineMessage) {
         match message {
             EngineMessage::Submit(sub) => self.admit(*sub),
+            EngineMessage::Embed(sub) => {
+                let arrival = sub.request.arrival;
+                let arrival_secs = arrival.saturating_duration_since(self.epoch).as_secs_f64();
+                match self.embeddings.as_mut() {
+                    Some(work) => work.admit(*sub, &mut self.sched, arrival_secs),
+                    // Validation sends embeddings only to a server with an embedding model.
+                    None => {
+                        let _ = sub
+                            .request
+                            .answer
+                            .send(Err("this server has no embedding model".into()));
+                    }
+                }
+            }
             EngineMessage::Finish {
                 id,
                 reason,
@@ -289,6 +319,9 @@ impl Engine {
     /// it closes a channel, so the messages that came meanwhile are read first: only a request
     /// still active after them had a client that left.
     fn drop_departed(&mut self, rx: &mpsc::Receiver<EngineMessage>) {
+        if let Some(work) = self.embeddings.as_mut() {
+            work.drop_departed(&mut self.sched);
+        }
         let closed: Vec<SeqId> = self
             .active
             .iter()
@@ -332,13 +365,24 @@ impl Engine {
                 }
             }
         }
-        for &(src, dst) in &plan.block_copies {
-            self.kv.copy_block(src, dst);
+        if let Some(kv) = self.kv.as_mut() {
+            for &(src, dst) in &plan.block_copies {
+                kv.copy_block(src, dst);
+            }
         }
-        let sampled = match self.forward_and_sample(plan) {
-            Ok(s) => s,
-            Err(e) => return self.fail_all(&format!("model error: {e}")),
+        let sampled = if plan.chunks.is_empty() {
+            Vec::new()
+        } else {
+            match self.forward_and_sample(plan) {
+                Ok(s) => s,
+                Err(e) => return self.fail_all(&format!("model error: {e}")),
+            }
         };
+        if let Some(work) = self.embeddings.as_mut() {
+            if let Err(e) = work.run(&plan.embeddings, started, &*self.observer) {
+                return self.fail_all(&format!("embedding model error: {e}"));
+            }
+        }
         let ids: Vec<(SeqId, u32)> = sampled.iter().map(|(id, s)| (*id, s.token)).collect();
         let finished: Vec<(SeqId, FinishReason)> = self
             .sched
@@ -401,6 +445,8 @@ impl Engine {
             running: self.sched.num_running(),
             waiting: self.shared.num_waiting(),
             token_gaps,
+            embed_texts: plan.num_embed_texts(),
+            embed_tokens: plan.num_embed_tokens(),
         });
         for out in outgoing {
             self.send(out);
@@ -475,14 +521,20 @@ impl Engine {
             })
             .map(|(_, a)| &mut a.sampler)
             .collect();
-        let (model, kv, ws) = (&self.model.model, &mut self.kv, &mut self.ws);
+        // Only admitted requests have chunks, and only a server with a generation model admits.
+        let generation = "a generation step runs on the generation model";
+        let (model, kv, ws) = (
+            &self.model.as_ref().expect(generation).model,
+            self.kv.as_mut().expect(generation),
+            &mut self.ws,
+        );
         let logits = std::thread::scope(|s| {
             if !masked.is_empty() {
                 s.spawn(|| masked.iter_mut().for_each(|m| m.prepare_mask()));
             }
             model.forward(&entries, kv, ws)
         })?;
-        let vocab = self.model.config().vocab_size;
+        let vocab = self.model.as_ref().expect(generation).config().vocab_size;
         let row_logits = |row: usize| &logits[row * vocab..(row + 1) * vocab];
         for (c, first) in plan.chunks.iter().zip(first_rows) {
             if !c.all_logits {
@@ -573,6 +625,7 @@ impl Engine {
     fn fail_all(&mut self, message: &str) {
         tracing::error!(
             requests = self.active.len(),
+            embedding_requests = self.embeddings.as_ref().map_or(0, EmbeddingWork::len),
             "{message}; failing every request in flight and starting afresh"
         );
         self.sched =
@@ -582,6 +635,9 @@ impl Engine {
         self.publish();
         for (_, a) in self.active.drain() {
             let _ = a.events.send(EngineEvent::Failed(message.to_string()));
+        }
+        if let Some(work) = self.embeddings.as_mut() {
+            work.fail_all(message);
         }
     }
 

@@ -15,7 +15,7 @@
 //! says so instead of just letting go of the request's event channel, which the engine takes
 //! for a client that left.
 
-use crate::request::{EngineRequest, SubmitError};
+use crate::request::{EmbedRequest, EngineRequest, SubmitError};
 use crate::step_watch::StepWatch;
 use braid_sched::{FinishReason, SchedulerConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -29,10 +29,17 @@ pub struct Submitted {
     pub waiting: OwnedSemaphorePermit,
 }
 
+/// An embedding request on its way to the engine, holding its place in the waiting queue.
+pub struct EmbedSubmitted {
+    pub request: EmbedRequest,
+    pub waiting: OwnedSemaphorePermit,
+}
+
 /// What the engine thread reads from its channel.
 pub enum EngineMessage {
     /// Boxed: a request is large, a finish small.
     Submit(Box<Submitted>),
+    Embed(Box<EmbedSubmitted>),
     /// The server ended request `id` after passing `completion_tokens` of its tokens on.
     Finish {
         id: u64,
@@ -127,16 +134,35 @@ impl EngineHandle {
                 pool_tokens: self.sched.pool_tokens(),
             });
         }
-        let waiting = self
-            .shared
+        let waiting = self.waiting_place()?;
+        self.tx
+            .send(EngineMessage::Submit(Box::new(Submitted {
+                request: req,
+                waiting,
+            })))
+            .map_err(|_| SubmitError::EngineStopped)
+    }
+
+    /// A place in the waiting queue, or `QueueFull`.
+    fn waiting_place(&self) -> Result<OwnedSemaphorePermit, SubmitError> {
+        self.shared
             .waiting
             .clone()
             .try_acquire_owned()
             .map_err(|_| SubmitError::QueueFull {
                 waiting: self.shared.num_waiting(),
-            })?;
+            })
+    }
+
+    /// Queues texts for the embedding model: `EngineStopped` when the engine is gone,
+    /// `QueueFull` when `max_waiting` requests of either kind are waiting.
+    pub fn embed(&self, req: EmbedRequest) -> Result<(), SubmitError> {
+        if !self.shared.alive.load(Ordering::Acquire) {
+            return Err(SubmitError::EngineStopped);
+        }
+        let waiting = self.waiting_place()?;
         self.tx
-            .send(EngineMessage::Submit(Box::new(Submitted {
+            .send(EngineMessage::Embed(Box::new(EmbedSubmitted {
                 request: req,
                 waiting,
             })))

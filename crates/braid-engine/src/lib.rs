@@ -21,6 +21,10 @@
 //!        └──── EngineEvent::{Token, Done, Failed} on the request's own channel
 //!
 //!  braid-server ── stop string, deadline ──▶ EngineHandle::finish ──▶ reported like any end
+//!
+//!  braid-server /v1/embeddings ── tokenize ──▶ EngineHandle::embed ──▶ Scheduler::add_embedding
+//!        texts join steps like prompt slices (StepPlan::embeddings), one embedding forward
+//!        per batch after the generation forward; the answer goes back on a oneshot
 //! ```
 //!
 //! The engine is a plain OS thread, not a tokio task: a step is tens of milliseconds of
@@ -35,15 +39,19 @@
 mod calibration_run;
 pub mod compute_pool;
 mod config;
+mod embedding_work;
 mod engine;
 mod handle;
 mod observer;
 mod request;
 mod step_watch;
 
+pub use braid_embedding::SentenceEmbedder;
 pub use braid_sched::{CacheEvent, FinishReason};
 pub use config::EngineConfig;
 pub use engine::spawn_engine;
-pub use handle::{EngineHandle, EngineMessage, EngineStats, Submitted};
-pub use observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
-pub use request::{EngineEvent, EngineRequest, Finished, SubmitError};
+pub use handle::{EmbedSubmitted, EngineHandle, EngineMessage, EngineStats, Submitted};
+pub use observer::{
+    EmbeddingDone, EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming,
+};
+pub use request::{EmbedRequest, Embedded, EngineEvent, EngineRequest, Finished, SubmitError};

@@ -50,6 +50,19 @@ pub struct StepStats {
     /// For each token sent by this step that was not its stream's first: the gap since the
     /// stream's previous token.
     pub token_gaps: Vec<Duration>,
+    /// Texts the embedding model ran in this step, and their tokens with padding.
+    pub embed_texts: usize,
+    pub embed_tokens: usize,
+}
+
+/// An embedding request answered.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EmbeddingDone {
+    pub texts: usize,
+    pub prompt_tokens: usize,
+    /// Arrival to its first text's step, and to its answer.
+    pub queue: Duration,
+    pub e2e: Duration,
 }
 
 /// A token's place in its stream.
@@ -91,6 +104,8 @@ pub trait EngineObserver: Send + Sync + 'static {
     fn step(&self, stats: &StepStats);
     /// A request's milestone, before the request hears of it.
     fn request(&self, id: SeqId, event: &RequestEvent);
+    /// An embedding request is answered (right after its last text's step).
+    fn embedded(&self, _done: &EmbeddingDone) {}
     /// Whether [`cache_events`](Self::cache_events) is wanted: the engine keeps the prefix
     /// cache's log only then.
     fn wants_cache_events(&self) -> bool {

@@ -49,6 +49,25 @@ impl EngineRequest {
     }
 }
 
+/// A request for the embedding model: every text's tokens, validated (non-empty, within the
+/// model's length). The answer is every text's vector in order, or why the engine failed.
+pub struct EmbedRequest {
+    pub id: u64,
+    pub texts: Vec<Vec<u32>>,
+    pub arrival: Instant,
+    /// Dropping the receiver cancels: the texts still waiting are forgotten.
+    pub answer: tokio::sync::oneshot::Sender<Result<Embedded, String>>,
+    pub span: tracing::Span,
+}
+
+/// An embedding request's answer.
+#[derive(Clone, Debug)]
+pub struct Embedded {
+    pub vectors: Vec<Vec<f32>>,
+    /// Arrival to its first text's step.
+    pub queue_secs: f64,
+}
+
 /// How a request ended, with its counts.
 #[derive(Clone, Debug)]
 pub struct Finished {

@@ -55,7 +55,7 @@ fn engine_with(
         prefix_caching: true,
     };
     let recorder = Arc::new(Recorder::default());
-    let h = spawn_engine(model, cfg, recorder.clone()).unwrap();
+    let h = spawn_engine(Some(model), None, cfg, recorder.clone()).unwrap();
     (h, recorder, dir)
 }
 

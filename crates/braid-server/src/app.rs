@@ -15,8 +15,8 @@ use crate::error::{ApiError, ErrorMessage};
 use crate::openapi::openapi_json;
 use crate::request_origin::{request_id, REQUEST_ID};
 use crate::routes::{
-    chat, completions, dashboard, fallback, health, metrics_route, models, render, tokenize,
-    tokenizer_info, worker,
+    chat, completions, dashboard, embeddings, fallback, health, metrics_route, models, render,
+    tokenize, tokenizer_info, worker,
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -35,6 +35,7 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
     let cors = cors_layer(&state.cors_origins);
     let routes = Router::new()
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions/render", post(render::render_completion))
         .route("/v1/chat/completions/render", post(render::render_chat))

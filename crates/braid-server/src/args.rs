@@ -23,9 +23,18 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
 
-    /// Path to a GGUF model file (llama, qwen2, qwen3 or gemma3 architecture).
-    #[arg(long, env = "BRAID_MODEL", default_value = braid_model::DEFAULT_MODEL_PATH)]
-    pub model: PathBuf,
+    /// Path to a GGUF model file (llama, qwen2, qwen3 or gemma3 architecture) [default:
+    /// models/SmolLM2-135M-Instruct.Q4_1.gguf, or none when --embedding-model is given
+    /// alone: the server then only embeds].
+    #[arg(long, env = "BRAID_MODEL")]
+    pub model: Option<PathBuf>,
+
+    /// A sentence-transformers BERT model directory (such as models/all-MiniLM-L6-v2, from
+    /// `scripts/fetch-model.sh all-minilm-l6-v2`) to serve /v1/embeddings with, beside the
+    /// generation model; its id is the directory's name. Its texts share the engine's steps
+    /// under the same latency target.
+    #[arg(long, value_name = "DIR")]
+    pub embedding_model: Option<PathBuf>,
 
     /// Load the model from this model-hub repository instead of --model (needs --hf-file).
     /// The hub cache (HF_HUB_CACHE, else HF_HOME/hub) is used first; only a missing file is
@@ -226,8 +235,18 @@ impl ServeArgs {
             args: ServeArgs,
         }
         let mut args = Wrapper::parse_from(["braid"]).args;
-        args.model = path.into();
+        args.model = Some(path.into());
         args
+    }
+
+    /// The generation model's file: --model, else the default one, unless --embedding-model
+    /// is given alone (or with --hf-repo, which names the file instead).
+    pub fn generation_model(&self) -> Option<PathBuf> {
+        match &self.model {
+            Some(m) => Some(m.clone()),
+            None if self.embedding_model.is_some() && self.hf_repo.is_none() => None,
+            None => Some(PathBuf::from(braid_model::DEFAULT_MODEL_PATH)),
+        }
     }
 
     pub fn to_engine_config(&self) -> EngineConfig {
@@ -256,9 +275,11 @@ impl ServeArgs {
     /// The id /v1/models lists and requests may name.
     pub fn served_model_name(&self) -> String {
         self.served_model_name.clone().unwrap_or_else(|| {
-            let file = match &self.hf_file {
-                Some(f) if self.hf_repo.is_some() => PathBuf::from(f),
-                _ => self.model.clone(),
+            let file = match (&self.hf_file, self.generation_model()) {
+                (Some(f), _) if self.hf_repo.is_some() => PathBuf::from(f),
+                (_, Some(model)) => model,
+                // Only embeddings: the embedding model's id.
+                (_, None) => self.embedding_model.clone().unwrap_or_default(),
             };
             let name = file
                 .file_name()

@@ -7,7 +7,10 @@
 
 use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
-use braid_engine::{CacheEvent, EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
+use braid_engine::{
+    CacheEvent, EmbeddingDone, EngineInfo, EngineObserver, FinishReason, RequestEvent, StepStats,
+    TokenTiming,
+};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::broadcast;
 
@@ -33,6 +36,9 @@ pub struct StepRecord {
     pub preempted: usize,
     /// Gaps (ms) between this step's tokens and the previous token of the same stream.
     pub itl_ms: Vec<f64>,
+    /// Texts the embedding model ran in this step, and their tokens with padding.
+    pub embed_texts: usize,
+    pub embed_tokens: usize,
 }
 
 /// Updates `Metrics` and broadcasts `StepRecord`s from the engine's reports, and passes the
@@ -104,6 +110,8 @@ impl EngineObserver for MetricsObserver {
                 kv_usage: s.kv_usage,
                 preempted: s.preempted.len(),
                 itl_ms: s.token_gaps.iter().copied().map(ms).collect(),
+                embed_texts: s.embed_texts,
+                embed_tokens: s.embed_tokens,
             });
         }
     }
@@ -142,6 +150,21 @@ impl EngineObserver for MetricsObserver {
         }
     }
 
+    fn embedded(&self, done: &EmbeddingDone) {
+        let m = &self.metrics;
+        m.embedding_requests_total.inc();
+        m.embedding_texts_total.inc_by(done.texts as u64);
+        m.embedding_prompt_tokens_total
+            .inc_by(done.prompt_tokens as u64);
+        m.prompt_tokens_total.inc_by(done.prompt_tokens as u64);
+        m.request_prompt_tokens.observe(done.prompt_tokens as f64);
+        m.request_queue_time.observe(done.queue.as_secs_f64());
+        m.e2e_request_latency.observe(done.e2e.as_secs_f64());
+        m.request_success_total
+            .with_label_values(&[FinishReason::Stop.as_str()])
+            .inc();
+    }
+
     fn wants_cache_events(&self) -> bool {
         self.kv_events.is_some()
     }
@@ -156,7 +179,6 @@ impl EngineObserver for MetricsObserver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use braid_engine::FinishReason;
     use braid_sched::PrefixCacheStats;
     use std::time::Duration;
 
@@ -181,6 +203,8 @@ mod tests {
                 .iter()
                 .map(|&ms| Duration::from_millis(ms))
                 .collect(),
+            embed_texts: 0,
+            embed_tokens: 0,
         }
     }
 

@@ -160,6 +160,14 @@ impl IntoResponse for ApiError {
 pub enum ValidationError {
     #[error("the model `{requested}` does not exist; this server serves `{served}`")]
     ModelNotFound { requested: String, served: String },
+    #[error("`{requested}` {cannot}; the models here that do: {serving}")]
+    WrongModelKind {
+        requested: String,
+        /// What the model cannot do, as the request asked it ("does not embed").
+        cannot: &'static str,
+        /// The ids that can, or "none".
+        serving: String,
+    },
     #[error("`{field}` is required")]
     Missing { field: &'static str },
     #[error("`{field}` must be a finite number, got {got}")]
@@ -279,7 +287,9 @@ impl ValidationError {
     /// OpenAI's `param`: the offending field.
     pub fn param(&self) -> Option<&str> {
         match self {
-            ValidationError::ModelNotFound { .. } => Some("model"),
+            ValidationError::ModelNotFound { .. } | ValidationError::WrongModelKind { .. } => {
+                Some("model")
+            }
             ValidationError::Missing { field }
             | ValidationError::NotFinite { field, .. }
             | ValidationError::OutOfRange { field, .. }
@@ -309,6 +319,7 @@ impl ValidationError {
     pub fn code(&self) -> Option<&'static str> {
         match self {
             ValidationError::ModelNotFound { .. } => Some("model_not_found"),
+            ValidationError::WrongModelKind { .. } => Some("model_not_supported"),
             ValidationError::ContextOverflow { .. }
             | ValidationError::PromptFillsContext { .. } => Some("context_length_exceeded"),
             ValidationError::PromptTooLong { .. } => Some("prompt_too_long"),

@@ -137,7 +137,7 @@ impl Generation {
             trace_parent: origin.trace_parent.clone(),
             traces: state.traces.get().cloned(),
             engine: ready.engine.clone(),
-            model: ready.model.clone(),
+            model: ready.generator()?.clone(),
             events: Some(rx),
             decoder: IncrementalDecoder::default(),
             skip_special_tokens: req.skip_special_tokens,

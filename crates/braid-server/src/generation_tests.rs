@@ -110,12 +110,19 @@ fn fake_server_with_pool(
                 EngineMessage::FlushPrefixCache(answer) => {
                     let _ = answer.send(0);
                 }
+                EngineMessage::Embed(sub) => {
+                    let _ = sub
+                        .request
+                        .answer
+                        .send(Err("no embedding model here".into()));
+                }
             }
         }
     });
     let m = model();
     let limits = Limits {
         served_model_name: state.served_model_name.clone(),
+        embedding_model_name: None,
         context_length: 512,
         vocab_size: m.tokenizer.vocab_size(),
         max_tokens_cap: 512,
@@ -126,7 +133,8 @@ fn fake_server_with_pool(
         special_in_messages: false,
     };
     state.set_ready(Ready {
-        model: m,
+        model: Some(m),
+        embedder: None,
         engine,
         observer: MetricsObserver::new(metrics, None),
         limits,

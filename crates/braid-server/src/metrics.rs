@@ -38,6 +38,11 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     pub request_success_total: IntCounterVec,
     pub request_errors_total: IntCounterVec,
+    /// Embedding requests answered, their texts and their tokens (they also count in the
+    /// request families above, as vLLM counts its pooling requests).
+    pub embedding_requests_total: IntCounter,
+    pub embedding_texts_total: IntCounter,
+    pub embedding_prompt_tokens_total: IntCounter,
 }
 
 /// braid's family → vLLM's name for it, as routers and gateways read them (counters carry
@@ -56,6 +61,16 @@ const VLLM_NAMES: &[(&str, &str)] = &[
         "vllm:prefix_cache_hits_total",
     ),
     ("braid_cache_config_info", "vllm:cache_config_info"),
+    ("braid_request_success_total", "vllm:request_success_total"),
+    ("braid_prompt_tokens_total", "vllm:prompt_tokens_total"),
+    (
+        "braid_e2e_request_latency_seconds",
+        "vllm:e2e_request_latency_seconds",
+    ),
+    (
+        "braid_request_queue_time_seconds",
+        "vllm:request_queue_time_seconds",
+    ),
 ];
 
 fn buckets_secs() -> Vec<f64> {
@@ -223,6 +238,16 @@ impl Metrics {
             build_info,
             request_success_total: success,
             request_errors_total: errors,
+            embedding_requests_total: counter(
+                "braid_embedding_requests_total",
+                "Embedding requests answered (also counted in braid_request_success_total).",
+            ),
+            embedding_texts_total: counter("braid_embedding_texts_total", "Texts embedded."),
+            embedding_prompt_tokens_total: counter(
+                "braid_embedding_prompt_tokens_total",
+                "Tokens of the texts embedded, special tokens included, padding not \
+                 (also counted in braid_prompt_tokens_total).",
+            ),
             registry,
             vllm_names: false,
         }

@@ -8,8 +8,8 @@
 //! is `validation.rs`'s job, not serde's.
 
 use crate::request_fields::{
-    AtDefault, RequestFields, CHAT_AT_DEFAULT, GENERATION_AT_DEFAULT, TEMPLATE_AT_DEFAULT,
-    TOKENIZE_AT_DEFAULT,
+    AtDefault, RequestFields, CHAT_AT_DEFAULT, EMBEDDING_AT_DEFAULT, GENERATION_AT_DEFAULT,
+    TEMPLATE_AT_DEFAULT, TOKENIZE_AT_DEFAULT,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -483,6 +483,68 @@ pub struct ModelCard {
 pub struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelCard>,
+}
+
+// ---------------------------------------------------------------- embeddings
+
+/// `input` of an embedding request: OpenAI's four shapes.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<i64>),
+    TokenLists(Vec<Vec<i64>>),
+}
+
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct EmbeddingRequest {
+    pub model: Option<String>,
+    pub input: EmbeddingInput,
+    /// `float` (default) or `base64` (little-endian f32 bytes).
+    pub encoding_format: Option<String>,
+    /// The vector's length; only the model's own is possible (it was not trained to be cut).
+    pub dimensions: Option<usize>,
+    /// An end-user id, for the caller's own records; braid keeps nothing of it.
+    pub user: Option<String>,
+    /// vLLM's: keep only the last k tokens of each text (-1: the model's longest).
+    pub truncate_prompt_tokens: Option<i64>,
+}
+
+impl RequestFields for EmbeddingRequest {
+    const AT_DEFAULT: &'static [&'static [AtDefault]] = &[EMBEDDING_AT_DEFAULT];
+}
+
+/// A vector as the request asked for it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingVector {
+    Float(Vec<f32>),
+    /// Little-endian f32 bytes.
+    Base64(String),
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct EmbeddingData {
+    pub object: &'static str,
+    pub index: usize,
+    pub embedding: EmbeddingVector,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct EmbeddingUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct EmbeddingResponse {
+    pub object: &'static str,
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub data: Vec<EmbeddingData>,
+    pub usage: EmbeddingUsage,
 }
 
 // ---------------------------------------------------------------- tokenizer endpoints (vLLM's)

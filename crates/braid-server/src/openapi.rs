@@ -9,8 +9,9 @@ use crate::error::ErrorBody;
 use crate::field_bounds::{CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, SAMPLING_FIELDS};
 use crate::openai_types::{
     ChatCompletionChunk, ChatCompletionRequest, ChatCompletionResponse, CompletionRequest,
-    CompletionResponse, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
-    RenderedRequest, TokenizeRequest, TokenizeResponse, TokenizerInfoResponse,
+    CompletionResponse, DetokenizeRequest, DetokenizeResponse, EmbeddingRequest, EmbeddingResponse,
+    ModelCard, ModelList, RenderedRequest, TokenizeRequest, TokenizeResponse,
+    TokenizerInfoResponse,
 };
 use crate::request_fields::{
     AtDefault, RequestFields, ACCEPTED_MESSAGE_NOOPS, ACCEPTED_NOOPS, UNSUPPORTED,
@@ -33,6 +34,7 @@ use utoipa::{Modify, OpenApi};
     paths(
         completions,
         chat_completions,
+        embeddings,
         render_completion,
         render_chat,
         list_models,
@@ -71,9 +73,10 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The document for a server serving `served_model_name`: every request type's `model` is
-/// that id, empty or absent, so clients and fuzzers know the accepted values.
-pub fn document(served_model_name: &str) -> Value {
+/// The document for a server serving `served_model_name` (and `embedding_model`): every
+/// request type's `model` is its model's id, empty or absent, so clients and fuzzers know the
+/// accepted values.
+pub fn document(served_model_name: &str, embedding_model: Option<&str>) -> Value {
     static BASE: OnceLock<Value> = OnceLock::new();
     let mut doc = BASE
         .get_or_init(|| {
@@ -84,9 +87,13 @@ pub fn document(served_model_name: &str) -> Value {
         .pointer_mut("/components/schemas")
         .and_then(Value::as_object_mut)
     {
-        for schema in schemas.values_mut() {
+        for (name, schema) in schemas.iter_mut() {
+            let id = match name.as_str() {
+                "EmbeddingRequest" => embedding_model.unwrap_or(served_model_name),
+                _ => served_model_name,
+            };
             if let Some(model) = schema.pointer_mut("/properties/model") {
-                model["enum"] = json!([served_model_name, "", null]);
+                model["enum"] = json!([id, "", null]);
                 model["description"] = json!("The served model's id; may be empty or omitted.");
             }
         }
@@ -194,6 +201,7 @@ fn document_field_groups(doc: &mut Value) {
         ("FunctionDefinition", vec![]),
         ("TokenizeRequest", at_default(TokenizeRequest::AT_DEFAULT)),
         ("DetokenizeRequest", vec![]),
+        ("EmbeddingRequest", at_default(EmbeddingRequest::AT_DEFAULT)),
     ];
     for (schema, extra) in groups {
         let Some(obj) = doc
@@ -224,7 +232,11 @@ fn document_field_groups(doc: &mut Value) {
 pub async fn openapi_json(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
-        document(&state.served_model_name).to_string(),
+        document(
+            &state.served_model_name,
+            state.embedding_model_name.as_deref(),
+        )
+        .to_string(),
     )
         .into_response()
 }
@@ -265,6 +277,22 @@ enum JsonPostErrors {
 )]
 #[allow(dead_code)]
 fn completions() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "embeddings",
+    description = "One vector per input from the embedding model (`braid serve --embedding-model DIR`), whose texts share the engine's steps with generation. `input` is a string, an array of strings, an array of token ids or an array of arrays of them (at most 2,048 inputs, none empty); texts are cut at the model's `max_seq_length` as sentence-transformers cuts them, or to their last `truncate_prompt_tokens` tokens (vLLM's). `dimensions` other than the model's own and a generation model's id are 400s naming the field.",
+    request_body = EmbeddingRequest,
+    responses(
+        (status = 200, description = "The vectors, in input order", body = EmbeddingResponse),
+        (status = 429, description = "Queue full; retry after Retry-After seconds", body = ErrorBody),
+        JsonPostErrors,
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn embeddings() {}
 
 #[utoipa::path(
     post,
@@ -508,7 +536,7 @@ mod tests {
 
     #[test]
     fn the_document_describes_the_request_types() {
-        let doc = document("tiny");
+        let doc = document("tiny", None);
         assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
         let paths = doc["paths"].as_object().unwrap();
         for p in [

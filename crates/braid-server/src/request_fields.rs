@@ -180,6 +180,25 @@ pub const TOKENIZE_AT_DEFAULT: &[AtDefault] = &[at_default(
     "braid answers with token ids; /detokenize gives text",
 )];
 
+/// vLLM's embedding fields, as its clients and routers send them.
+pub const EMBEDDING_AT_DEFAULT: &[AtDefault] = &[
+    at_default(
+        "add_special_tokens",
+        "true",
+        "the model reads each text framed by its special tokens, as it was trained",
+    ),
+    at_default(
+        "priority",
+        "0",
+        "braid orders texts by arrival, with no priorities",
+    ),
+    at_default(
+        "embed_dtype",
+        "\"float32\"",
+        "vectors are float32 (as a list of floats, or as bytes with `encoding_format: base64`)",
+    ),
+];
+
 /// Fields of messages accepted without effect.
 pub const ACCEPTED_MESSAGE_NOOPS: &[(&str, &str)] = &[(
     "name",

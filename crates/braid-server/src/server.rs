@@ -20,6 +20,7 @@ use crate::validation::Limits;
 use crate::write_timeout::WriteTimeout;
 use anyhow::Context;
 use axum::Router;
+use braid_engine::SentenceEmbedder;
 use braid_model::LoadedModel;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -133,9 +134,19 @@ pub async fn start(args: ServeArgs) -> anyhow::Result<Server> {
     let read_timeout = Duration::from_secs(args.header_read_timeout_secs);
     let app = router(state.clone(), read_timeout);
     let (shutdown, shutdown_rx) = watch::channel(0u32);
-    let source = match args.hub_model() {
-        Some(m) => format!("{} from {}@{}", m.file, m.repo, m.revision),
-        None => args.model.display().to_string(),
+    let source = match (
+        args.hub_model(),
+        args.generation_model(),
+        &args.embedding_model,
+    ) {
+        (Some(m), _, _) => format!("{} from {}@{}", m.file, m.repo, m.revision),
+        (None, Some(model), None) => model.display().to_string(),
+        (None, Some(model), Some(dir)) => format!("{} and {}", model.display(), dir.display()),
+        (None, None, dir) => dir
+            .as_deref()
+            .unwrap_or(std::path::Path::new(""))
+            .display()
+            .to_string(),
     };
     tracing::info!("listening on http://{addr}; loading {source}");
     let task = tokio::spawn(run(
@@ -218,45 +229,81 @@ async fn lifecycle(
         )),
         None => None,
     };
-    let path = args.model.clone();
-    let hub = args.hub_model();
     let started = Instant::now();
-    let load = tokio::task::spawn_blocking(move || -> anyhow::Result<LoadedModel> {
-        let path = match hub {
-            Some(m) => braid_model::hub::resolve(&m)?,
-            None => path,
-        };
-        Ok(LoadedModel::load_with_chat_template(
-            &path,
-            chat_template.as_deref(),
-        )?)
-    });
-    let model = tokio::select! {
-        loaded = load => match loaded.context("model loading panicked")? {
-            Ok(model) => Arc::new(model),
-            Err(e) => {
-                tracing::error!("cannot load the model: {e}");
-                return Err(e.context("cannot load the model"));
+    let model = match args.generation_model() {
+        Some(path) => {
+            let hub = args.hub_model();
+            let load = tokio::task::spawn_blocking(move || -> anyhow::Result<LoadedModel> {
+                let path = match hub {
+                    Some(m) => braid_model::hub::resolve(&m)?,
+                    None => path,
+                };
+                Ok(LoadedModel::load_with_chat_template(
+                    &path,
+                    chat_template.as_deref(),
+                )?)
+            });
+            tokio::select! {
+                loaded = load => match loaded.context("model loading panicked")? {
+                    Ok(model) => Some(Arc::new(model)),
+                    Err(e) => {
+                        tracing::error!("cannot load the model: {e}");
+                        return Err(e.context("cannot load the model"));
+                    }
+                },
+                _ = shutdown.changed() => {
+                    tracing::info!("shutdown requested while the model was loading");
+                    return Ok(());
+                }
             }
-        },
-        _ = shutdown.changed() => {
-            tracing::info!("shutdown requested while the model was loading");
-            return Ok(());
         }
+        None => None,
     };
-    match (&model.chat_template, &args.chat_template) {
-        (None, _) => tracing::warn!(
-            "the model has no chat template: /v1/chat/completions answers 400 (--chat-template FILE supplies one)"
-        ),
-        (Some(_), Some(file)) => tracing::info!("chat template from {}", file.display()),
-        (Some(_), None) => {}
+    if let Some(model) = &model {
+        match (&model.chat_template, &args.chat_template) {
+            (None, _) => tracing::warn!(
+                "the model has no chat template: /v1/chat/completions answers 400 (--chat-template FILE supplies one)"
+            ),
+            (Some(_), Some(file)) => tracing::info!("chat template from {}", file.display()),
+            (Some(_), None) => {}
+        }
     }
-    let config = model.config().clone();
-    let context = config.context_length;
+    let embedder = match args.embedding_model.clone() {
+        Some(dir) => {
+            let load = tokio::task::spawn_blocking(move || SentenceEmbedder::load(&dir));
+            match load.await.context("embedding model loading panicked")? {
+                Ok(e) => Some(Arc::new(e)),
+                Err(e) => {
+                    tracing::error!("cannot load the embedding model: {e}");
+                    return Err(anyhow::Error::new(e).context("cannot load the embedding model"));
+                }
+            }
+        }
+        None => None,
+    };
+    // Without a generation model the bounds are the embedding model's: the generation
+    // endpoints refuse every request before they are read.
+    let (context, vocab_size, described) = match (&model, &embedder) {
+        (Some(m), _) => {
+            let config = m.config();
+            (
+                config.context_length,
+                m.tokenizer.vocab_size(),
+                format!("{}, context {}", config.name, config.context_length),
+            )
+        }
+        (None, Some(e)) => (
+            e.max_tokens(),
+            e.vocab_size(),
+            "embeddings only".to_string(),
+        ),
+        (None, None) => unreachable!("a server without --model has --embedding-model"),
+    };
     let limits = Limits {
         served_model_name: state.served_model_name.clone(),
+        embedding_model_name: embedder.as_ref().map(|e| e.id().to_string()),
         context_length: context,
-        vocab_size: model.tokenizer.vocab_size(),
+        vocab_size,
         max_tokens_cap: args.max_tokens_cap.unwrap_or(context).min(context),
         max_stop_strings: args.max_stop_strings,
         max_stop_string_len: args.max_stop_string_len,
@@ -266,6 +313,7 @@ async fn lifecycle(
     };
     let ready = Ready::start(
         model,
+        embedder,
         args.to_engine_config(),
         state.metrics.clone(),
         limits,
@@ -278,10 +326,9 @@ async fn lifecycle(
     let engine = ready.engine.clone();
     state.set_ready(ready);
     tracing::info!(
-        "ready in {:.1}s: serving `{}` ({}, context {context}) on http://{addr}",
+        "ready in {:.1}s: serving `{}` ({described}) on http://{addr}",
         started.elapsed().as_secs_f64(),
         state.served_model_name,
-        config.name
     );
 
     let _ = shutdown.changed().await;

@@ -13,13 +13,13 @@
 use crate::args::ServeArgs;
 use crate::auth::Auth;
 use crate::engine_observer::MetricsObserver;
-use crate::error::ApiError;
+use crate::error::{ApiError, ValidationError};
 use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::openai_types::unix_now;
 use crate::request_traces::RequestTraces;
 use crate::validation::Limits;
-use braid_engine::{spawn_engine, EngineConfig, EngineHandle};
+use braid_engine::{spawn_engine, EngineConfig, EngineHandle, SentenceEmbedder};
 use braid_model::LoadedModel;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -33,9 +33,12 @@ const PREP_THREADS: usize = 2;
 /// watches, so without a bound they could take every connection place.
 pub const MAX_STEP_VIEWERS: usize = 16;
 
-/// The loaded model and its engine.
+/// The loaded models and their engine.
 pub struct Ready {
-    pub model: Arc<LoadedModel>,
+    /// The generation model; None on a server that only embeds.
+    pub(crate) model: Option<Arc<LoadedModel>>,
+    /// The embedding model served beside (`--embedding-model`), whose texts share the steps.
+    pub embedder: Option<Arc<SentenceEmbedder>>,
     pub engine: EngineHandle,
     /// The engine's reports as metrics, and the live step feed.
     pub observer: Arc<MetricsObserver>,
@@ -47,19 +50,34 @@ pub struct Ready {
 }
 
 impl Ready {
+    /// The generation model, or the 400 a generation request gets from a server that only
+    /// embeds.
+    pub fn generator(&self) -> Result<&Arc<LoadedModel>, ApiError> {
+        self.model.as_ref().ok_or_else(|| {
+            ValidationError::WrongModelKind {
+                requested: self.limits.served_model_name.clone(),
+                cannot: "is an embedding model and does not generate text",
+                serving: "none (this server was started with --embedding-model alone)".into(),
+            }
+            .into()
+        })
+    }
+
     /// Starts the engine on `model`, its reports going to `metrics` and its prefix cache's
     /// events to `kv_events`.
     pub fn start(
-        model: Arc<LoadedModel>,
+        model: Option<Arc<LoadedModel>>,
+        embedder: Option<Arc<SentenceEmbedder>>,
         cfg: EngineConfig,
         metrics: Arc<Metrics>,
         limits: Limits,
         kv_events: Option<Arc<KvEventPublisher>>,
     ) -> anyhow::Result<Self> {
         let observer = MetricsObserver::new(metrics, kv_events.clone());
-        let engine = spawn_engine(model.clone(), cfg, observer.clone())?;
+        let engine = spawn_engine(model.clone(), embedder.clone(), cfg, observer.clone())?;
         Ok(Self {
             model,
+            embedder,
             engine,
             observer,
             limits,
@@ -72,6 +90,8 @@ impl Ready {
 pub struct Shared {
     pub metrics: Arc<Metrics>,
     pub served_model_name: String,
+    /// The embedding model's id (`--embedding-model`'s directory name).
+    pub embedding_model_name: Option<String>,
     pub request_timeout: Duration,
     /// A step running longer is a stalled engine (`/health`).
     pub step_stall_limit: Duration,
@@ -112,6 +132,11 @@ impl AppState {
         Self(Arc::new(Shared {
             metrics,
             served_model_name: args.served_model_name(),
+            embedding_model_name: args
+                .embedding_model
+                .as_ref()
+                .and_then(|d| d.file_name())
+                .map(|n| n.to_string_lossy().into_owned()),
             request_timeout: Duration::from_secs(args.request_timeout_secs),
             step_stall_limit: Duration::from_secs(args.step_stall_secs),
             max_body_bytes: args.max_body_bytes,

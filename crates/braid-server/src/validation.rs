@@ -12,11 +12,15 @@
 //! (`constraint.rs`).
 
 mod constraint;
+mod embedding;
 mod limits;
 mod messages;
 mod prompt;
 mod sampling;
 
+pub use embedding::{
+    check_embedding_model, embedding, Encoding, ValidEmbedding, MAX_EMBEDDING_INPUTS,
+};
 pub use limits::{Limits, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_TOKEN_IDS};
 pub use messages::{chat_prompt, ChatEnd};
 pub use prompt::{encode, known_token_ids};
@@ -92,9 +96,17 @@ impl ValidatedRequest {
 
 type Result<T> = std::result::Result<T, ValidationError>;
 
-/// A request naming another model is refused; omitting `model` is fine.
+/// A request naming another model is refused; omitting `model` is fine. Naming the embedding
+/// model for generation is a 400 that says which model generates.
 pub fn check_model(requested: Option<&str>, limits: &Limits) -> Result<()> {
     match requested {
+        Some(m) if limits.embedding_model_name.as_deref() == Some(m) => {
+            Err(ValidationError::WrongModelKind {
+                requested: m.to_string(),
+                cannot: "is an embedding model and does not generate text",
+                serving: format!("`{}`", limits.served_model_name),
+            })
+        }
         Some(m) if !m.is_empty() && m != limits.served_model_name => {
             Err(ValidationError::ModelNotFound {
                 requested: m.to_string(),

@@ -18,6 +18,7 @@ fn model() -> &'static LoadedModel {
 fn limits() -> Limits {
     Limits {
         served_model_name: "tiny".into(),
+        embedding_model_name: None,
         context_length: 512,
         vocab_size: model().tokenizer.vocab_size(),
         max_tokens_cap: 512,

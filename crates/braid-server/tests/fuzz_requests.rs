@@ -74,6 +74,7 @@ fn limits() -> Limits {
     let m = &fixture().model;
     Limits {
         served_model_name: "tiny-model".into(),
+        embedding_model_name: None,
         context_length: m.config().context_length,
         vocab_size: m.tokenizer.vocab_size(),
         max_tokens_cap: 8,
@@ -542,7 +543,9 @@ fn app() -> axum::Router {
     let state = AppState::new(&args, metrics.clone());
     let mut cfg = args.to_engine_config();
     cfg.kv_cache_mb = 8;
-    state.set_ready(Ready::start(f.model.clone(), cfg, metrics, limits(), None).unwrap());
+    state.set_ready(
+        Ready::start(Some(f.model.clone()), None, cfg, metrics, limits(), None).unwrap(),
+    );
     router(state, Duration::from_secs(5))
 }
 

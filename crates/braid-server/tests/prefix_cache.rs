@@ -34,7 +34,13 @@ fn engine(prefix_caching: bool, kv_cache_mb: usize) -> Engine {
     };
     let metrics = Arc::new(Metrics::new());
     Engine {
-        handle: spawn_engine(model, cfg, MetricsObserver::new(metrics.clone(), None)).unwrap(),
+        handle: spawn_engine(
+            Some(model),
+            None,
+            cfg,
+            MetricsObserver::new(metrics.clone(), None),
+        )
+        .unwrap(),
         metrics,
         _dir: dir,
     }

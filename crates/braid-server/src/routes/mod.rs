@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod completions;
 pub mod dashboard;
+pub mod embeddings;
 pub mod fallback;
 pub mod health;
 pub mod metrics_route;
@@ -134,7 +135,7 @@ pub(crate) async fn validated<R: Send + 'static>(
     validate: Validate<R>,
 ) -> Result<(ValidatedRequest, &Ready), ApiError> {
     let ready = state.ready()?;
-    let (model, limits) = (ready.model.clone(), ready.limits.clone());
+    let (model, limits) = (ready.generator()?.clone(), ready.limits.clone());
     let valid = blocking(state, move || validate(&req, &model, &limits)).await??;
     Ok((valid, ready))
 }
@@ -175,7 +176,7 @@ pub(crate) async fn admit<R: Send + 'static>(
     Ok(Admitted {
         generations,
         n,
-        model: ready.model.clone(),
+        model: ready.generator()?.clone(),
         stream,
         include_usage,
         logprobs,

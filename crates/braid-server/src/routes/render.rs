@@ -23,12 +23,13 @@ pub async fn render_completion(
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Json<Vec<RenderedRequest>>, ApiError> {
     let (valid, ready) = validated(&state, req, validation::completion).await?;
+    let model = ready.generator()?;
     let first = valid.prompt.clone();
     let prompts = std::iter::once(first).chain(valid.more_prompts.iter().map(|(p, _)| p.clone()));
     let rendered = prompts
         .map(|ids| {
             let id = state.response_id("cmpl", ready.engine.next_request_id());
-            rendered(id, ids, &valid, &ready.model, &state.served_model_name)
+            rendered(id, ids, &valid, model, &state.served_model_name)
         })
         .collect();
     Ok(Json(rendered))
@@ -46,7 +47,7 @@ pub async fn render_chat(
         id,
         ids,
         &valid,
-        &ready.model,
+        ready.generator()?,
         &state.served_model_name,
     )))
 }

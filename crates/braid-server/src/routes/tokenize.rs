@@ -19,7 +19,7 @@ pub async fn tokenize(
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let ready = state.ready()?;
     validation::check_model(req.model.as_deref(), &ready.limits)?;
-    let model = ready.model.clone();
+    let model = ready.generator()?.clone();
     let special_in_messages = ready.limits.special_in_messages;
     let tokens = blocking(&state, move || match (&req.prompt, &req.messages) {
         (Some(prompt), None) => {
@@ -69,6 +69,6 @@ pub async fn detokenize(
         .ok_or(ValidationError::Missing { field: "tokens" })?;
     let ids = validation::known_token_ids("tokens", &ids, &ready.limits)?;
     Ok(Json(DetokenizeResponse {
-        prompt: ready.model.tokenizer.decode(&ids, false),
+        prompt: ready.generator()?.tokenizer.decode(&ids, false),
     }))
 }

@@ -13,7 +13,7 @@ pub async fn tokenizer_info(
     State(state): State<AppState>,
 ) -> Result<Json<TokenizerInfoResponse>, ApiError> {
     let ready = state.ready()?;
-    let model = &ready.model;
+    let model = ready.generator()?;
     let tokenizer = &model.tokenizer;
     let named = tokenizer.named_tokens();
     let text = |id: Option<u32>| id.map(|id| tokenizer.decode(&[id], false));

@@ -12,6 +12,8 @@ pub const MAX_STOP_TOKEN_IDS: usize = 300;
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub served_model_name: String,
+    /// The embedding model's id, when one is served beside (`--embedding-model`).
+    pub embedding_model_name: Option<String>,
     pub context_length: usize,
     pub vocab_size: usize,
     /// Upper bound for `max_tokens` (at most the context length).

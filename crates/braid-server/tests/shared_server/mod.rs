@@ -30,7 +30,7 @@ pub fn shared_server(configure: fn(&mut ServeArgs)) -> &'static TestServer {
             let mut model = None;
             let server = runtime.block_on(start_with(|args| {
                 configure(args);
-                model = Some(args.model.clone());
+                model = args.model.clone();
             }));
             // The model is in memory now, and the server is never dropped, so its temporary
             // directory would outlive the run: remove it here.
