@@ -751,7 +751,9 @@ impl Scheduler {
 
     /// Feeds the cost model one measured step (`features` from [`StepFeatures::of`]).
     pub fn observe_step(&mut self, features: StepFeatures, secs: f64) {
-        let sized = features.prefill_tokens > 0 && features.decode_seqs > 0;
+        // Embedding texts are sized to the target like prompt slices.
+        let sized =
+            (features.prefill_tokens > 0 || features.embed_tokens > 0) && features.decode_seqs > 0;
         if sized && self.cfg.itl_target.is_some() {
             self.headroom.observe(self.cost.predict(features), secs);
         }

@@ -8,7 +8,7 @@
 //! sizes within [`StepHeadroom::TOLERATED`] times the target in 99 of 100, on whatever
 //! machine runs them: the margin is learned from the error this machine shows, not guessed.
 //!
-//! Only steps that read a prompt next to decodes count: those are the steps sized to the
+//! Only steps that read a prompt or embed texts next to decodes count: those are the steps sized to the
 //! target; a decode-only step has nothing to shrink. That makes them few: at a long target a
 //! long prompt is read in a handful of steps, so a run can end before the first twenty are
 //! seen. Until then the planner assumes the error's p99 is [`StepHeadroom::PRIOR_P99`] (or the

@@ -140,3 +140,29 @@ fn a_request_that_leaves_takes_its_waiting_texts() {
         .all(|t| t.request == 2));
     assert!(s.is_idle());
 }
+
+#[test]
+fn steps_sized_with_texts_teach_the_headroom() {
+    // Steps that embed next to decodes are sized to the target, so their error counts in the
+    // share of the target later steps are planned to; decode-only steps' error does not.
+    let texts = StepFeatures {
+        decode_seqs: 2,
+        embed_tokens: 100,
+        ..StepFeatures::default()
+    };
+    let decodes = StepFeatures {
+        decode_seqs: 2,
+        ..StepFeatures::default()
+    };
+    let mut s = Scheduler::with_cost_model(cfg(Some(50)), cost());
+    let before = s.target_share();
+    for _ in 0..30 {
+        s.observe_step(decodes, s.cost_model().predict(decodes) * 1.5);
+    }
+    assert_eq!(s.target_share(), before, "decode-only steps are not sized");
+    for _ in 0..30 {
+        s.observe_step(texts, s.cost_model().predict(texts) * 1.5);
+    }
+    let share = s.target_share();
+    assert!(share < before, "1.5x over the prediction: {share} of the target, was {before}");
+}
