@@ -393,3 +393,23 @@ def test_embeddings_stay_right_beside_a_streaming_chat(both_server):
     assert not failures, failures[:5]
     assert stream["error"] is None, stream["error"]
     assert stream["done"] and stream["chunks"] > 1 and stream["finish"] in ("stop", "length"), stream
+
+
+def test_the_step_feed_shows_embedding_tokens(embed_server):
+    """The dashboard's feed (/debug/steps) carries each step's embedded texts and tokens."""
+    seen: list[dict] = []
+    with requests.get(embed_server.url + "/debug/steps", stream=True, timeout=TIMEOUT) as feed:
+        sender = threading.Thread(target=lambda: vectors(embed_server.url, TEXTS[:4]))
+        sender.start()
+        deadline = time.time() + 60
+        for line in feed.iter_lines():
+            if line.startswith(b"data: "):
+                step = json.loads(line[len(b"data: "):])
+                seen.append(step)
+                if step.get("embed_tokens", 0) > 0 or time.time() > deadline:
+                    break
+        sender.join(timeout=TIMEOUT)
+    embedded = [s for s in seen if s.get("embed_tokens", 0) > 0]
+    assert embedded, f"no step with embedding tokens among {len(seen)}"
+    assert embedded[0]["embed_texts"] >= 1
+    assert embedded[0]["embed_tokens"] >= embedded[0]["embed_texts"]
