@@ -164,5 +164,8 @@ fn steps_sized_with_texts_teach_the_headroom() {
         s.observe_step(texts, s.cost_model().predict(texts) * 1.5);
     }
     let share = s.target_share();
-    assert!(share < before, "1.5x over the prediction: {share} of the target, was {before}");
+    assert!(
+        share < before,
+        "1.5x over the prediction: {share} of the target, was {before}"
+    );
 }

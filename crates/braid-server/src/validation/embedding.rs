@@ -43,25 +43,16 @@ pub fn check_embedding_model(
     limits: &Limits,
 ) -> Result<()> {
     let embeds = embedder.map_or("none".to_string(), |e| format!("`{}`", e.id()));
-    match (requested, embedder) {
+    let does_not_embed = |requested: &str| ValidationError::WrongModelKind {
+        requested: requested.to_string(),
+        cannot: "generates text and does not embed",
+        serving: embeds.clone(),
+    };
+    match (requested.filter(|m| !m.is_empty()), embedder) {
+        (None, Some(_)) => Ok(()),
         (Some(m), Some(e)) if m == e.id() => Ok(()),
-        (None | Some(""), Some(_)) => Ok(()),
-        (Some(m), _) if m == limits.served_model_name || matches!(requested, None | Some("")) => {
-            Err(ValidationError::WrongModelKind {
-                requested: if m.is_empty() {
-                    limits.served_model_name.clone()
-                } else {
-                    m.to_string()
-                },
-                cannot: "generates text and does not embed",
-                serving: embeds,
-            })
-        }
-        (None, None) => Err(ValidationError::WrongModelKind {
-            requested: limits.served_model_name.clone(),
-            cannot: "generates text and does not embed",
-            serving: embeds,
-        }),
+        (None, None) => Err(does_not_embed(&limits.served_model_name)),
+        (Some(m), _) if m == limits.served_model_name => Err(does_not_embed(m)),
         (Some(m), _) => Err(ValidationError::ModelNotFound {
             requested: m.to_string(),
             served: match embedder {
