@@ -413,3 +413,51 @@ def test_the_step_feed_shows_embedding_tokens(embed_server):
     assert embedded, f"no step with embedding tokens among {len(seen)}"
     assert embedded[0]["embed_texts"] >= 1
     assert embedded[0]["embed_tokens"] >= embedded[0]["embed_texts"]
+
+
+# The generation model as an embedder (--pooling): pooled final hidden states. Their accuracy
+# is held to llama.cpp on tiny random-weight models (crates/braid-engine/tests/pooling.rs);
+# here the real model answers through the real server and clients.
+
+
+@pytest.fixture(scope="module")
+def pooled_server():
+    s = Server("--pooling", "last")
+    yield s
+    assert s.stop() == 0, s.log_text()
+
+
+def test_the_generation_model_embeds_with_pooling(pooled_server):
+    gen = generation_id(pooled_server.url)
+    assert model_ids(pooled_server.url) == [gen]
+    client = openai.OpenAI(base_url=pooled_server.url + "/v1", api_key="x", timeout=TIMEOUT)
+    texts = [TEXTS[0], TEXTS[1], TEXTS[2]]
+    r = client.embeddings.create(model=gen, input=texts)
+    vs = [d.embedding for d in r.data]
+    assert len(vs) == 3 and all(len(v) == 576 for v in vs)  # SmolLM2-135M's hidden size
+    for v in vs:
+        assert abs(math.sqrt(sum(x * x for x in v)) - 1.0) < 1e-4
+    counts = [
+        requests.post(pooled_server.url + "/tokenize", json={"prompt": t}, timeout=TIMEOUT).json()["count"] for t in texts
+    ]
+    assert r.usage.prompt_tokens == sum(counts)
+    # A request that names no model embeds with the one model that does, and a text's vector
+    # does not depend on what it is batched with (bit for bit: the forward is batch-invariant).
+    plain = requests.post(pooled_server.url + "/v1/embeddings", json={"input": texts[1]}, timeout=TIMEOUT)
+    assert plain.status_code == 200 and plain.json()["model"] == gen, plain.text
+    alone = client.embeddings.create(model=gen, input=texts[1]).data[0].embedding
+    assert alone == vs[1]
+    assert cosine(vs[0], vs[2]) < 0.9999
+
+
+def test_pooling_serves_chat_beside_embeddings(pooled_server):
+    gen = generation_id(pooled_server.url)
+    r = requests.post(
+        pooled_server.url + "/v1/chat/completions",
+        json={"model": gen, "messages": [{"role": "user", "content": PROMPTS[0]}], "max_tokens": 8},
+        timeout=TIMEOUT,
+    )
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+    # No sentence model here: its id is a model this server does not have.
+    r = embed(pooled_server.url, "hi", model="all-MiniLM-L6-v2")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text

@@ -23,7 +23,7 @@ impl Engine {
     /// The embedding model's seconds per token, from the faster of two batches of 8 texts of
     /// 64 tokens: the size of batch a step next to decodes runs.
     fn embed_secs_per_token(&self) -> Option<f64> {
-        let embedder = &self.embeddings.as_ref()?.embedder;
+        let embedder = self.embeddings.as_ref()?.embedder.as_ref()?;
         let text = "braid times its embedding model before it serves. ".repeat(16);
         let tokens = embedder
             .tokenize(&text, braid_embedding::Keep::First(64))
@@ -59,6 +59,7 @@ impl Engine {
                     block_table: &cal.block_tables[c.slot],
                     sample: true,
                     all_logits: false,
+                    hidden: false,
                 })
                 .collect();
             let t = Instant::now();

@@ -19,6 +19,8 @@ pub struct EngineConfig {
     pub starvation_after: Duration,
     /// Reuse the K/V of cached prompt prefixes (`--no-prefix-cache` turns it off).
     pub prefix_caching: bool,
+    /// The generation model also embeds, its final hidden states pooled so (`--pooling`).
+    pub pooling: Option<braid_embedding::Pooling>,
 }
 
 impl EngineConfig {

@@ -1,17 +1,22 @@
-//! The engine's embedding side: the texts it holds for each embedding request, the embedding
-//! model's forward over the batches a step plans, and each request's answer once its last
-//! text is done.
+//! The engine's embedding side: the texts it holds for each embedding request, the sentence
+//! model's forward over the batches a step plans, the pooling of the generation model's hidden
+//! states for texts it reads (`--pooling`), and each request's answer once its last text is
+//! done.
 //!
-//! Texts are the scheduler's to order (`braid_sched::embedding_queue`); here they are only
-//! kept, run and answered. A request whose client left (its answer's receiver dropped) loses
-//! its waiting texts before the next step; a failed forward fails every embedding request in
-//! flight, as a failed generation step fails every sequence.
+//! Texts are the scheduler's to order: the sentence model's in its embedding queue
+//! (`braid_sched::embedding_queue`), the generation model's as prompts that generate nothing
+//! (each read in slices like any prompt, scored so no cached prefix skips a row, and ended by
+//! the engine once its last slice is read). Here they are only kept, run and answered. A
+//! request whose client left (its answer's receiver dropped) loses its waiting texts before
+//! the next step; a failed step fails every embedding request in flight, as it fails every
+//! sequence.
 
 use crate::handle::EmbedSubmitted;
 use crate::observer::{EmbeddingDone, EngineObserver};
 use crate::request::Embedded;
-use braid_embedding::SentenceEmbedder;
-use braid_sched::{EmbedText, EmbeddingBatch, Scheduler};
+use braid_embedding::pooling::normalize;
+use braid_embedding::{Pooling, SentenceEmbedder};
+use braid_sched::{EmbedText, EmbeddingBatch, Scheduler, SeqId};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,17 +35,46 @@ struct Pending {
     span: tracing::Span,
 }
 
+/// A text the generation model reads for an embedding: where its vector goes, and the pooling
+/// so far over the slices read.
+pub(crate) struct PooledText {
+    request: u64,
+    index: usize,
+    /// Mean: the sum of the rows read; cls: the first row; last: the latest row.
+    acc: Vec<f64>,
+    rows: usize,
+}
+
 pub(crate) struct EmbeddingWork {
-    pub(crate) embedder: Arc<SentenceEmbedder>,
+    /// The sentence model (`--embedding-model`), when one is served.
+    pub(crate) embedder: Option<Arc<SentenceEmbedder>>,
+    /// How the generation model's hidden states make a vector (`--pooling`), when it embeds.
+    pub(crate) pooling: Option<Pooling>,
+    /// The generation model's hidden size: the length of its rows and vectors.
+    hidden_size: usize,
     pending: HashMap<u64, Pending>,
+    /// The generation model's texts being read, by their sequence.
+    pooled: HashMap<SeqId, PooledText>,
 }
 
 impl EmbeddingWork {
-    pub(crate) fn new(embedder: Arc<SentenceEmbedder>) -> Self {
+    pub(crate) fn new(
+        embedder: Option<Arc<SentenceEmbedder>>,
+        pooling: Option<Pooling>,
+        hidden_size: usize,
+    ) -> Self {
         Self {
             embedder,
+            pooling,
+            hidden_size,
             pending: HashMap::new(),
+            pooled: HashMap::new(),
         }
+    }
+
+    /// Whether `seq` is a text the generation model reads for an embedding.
+    pub(crate) fn is_pooled(&self, seq: SeqId) -> bool {
+        self.pooled.contains_key(&seq)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -51,17 +85,51 @@ impl EmbeddingWork {
         self.pending.len()
     }
 
-    /// Keeps the request and queues its texts in the scheduler.
+    /// Keeps the request and queues its texts for the sentence model.
     pub(crate) fn admit(&mut self, sub: EmbedSubmitted, sched: &mut Scheduler, arrival_secs: f64) {
-        let req = sub.request;
-        for (index, t) in req.texts.iter().enumerate() {
+        for (index, t) in sub.request.texts.iter().enumerate() {
             sched.add_embedding(EmbedText {
-                request: req.id,
+                request: sub.request.id,
                 index,
                 tokens: t.len(),
                 arrival: arrival_secs,
             });
         }
+        self.keep(sub);
+    }
+
+    /// Keeps the request and queues each text as a prompt of the generation model, under the
+    /// sequence id `next_id` gives it.
+    pub(crate) fn admit_pooled(
+        &mut self,
+        sub: EmbedSubmitted,
+        sched: &mut Scheduler,
+        arrival_secs: f64,
+        mut next_id: impl FnMut() -> SeqId,
+    ) {
+        let mut first = None;
+        for (index, t) in sub.request.texts.iter().enumerate() {
+            let seq = next_id();
+            sched.add(seq, t.clone(), 1, arrival_secs);
+            // Every row is wanted, so none may come from the prefix cache.
+            sched.score_prompt(seq);
+            // The texts of a request share prompt reading as one request's prompts do.
+            sched.same_request(seq, *first.get_or_insert(seq));
+            self.pooled.insert(
+                seq,
+                PooledText {
+                    request: sub.request.id,
+                    index,
+                    acc: Vec::new(),
+                    rows: 0,
+                },
+            );
+        }
+        self.keep(sub);
+    }
+
+    fn keep(&mut self, sub: EmbedSubmitted) {
+        let req = sub.request;
         let n = req.texts.len();
         self.pending.insert(
             req.id,
@@ -80,78 +148,164 @@ impl EmbeddingWork {
 
     /// Forgets the requests whose clients left, and their waiting texts.
     pub(crate) fn drop_departed(&mut self, sched: &mut Scheduler) {
+        let pooled = &mut self.pooled;
         self.pending.retain(|&id, p| {
             if !p.answer.is_closed() {
                 return true;
             }
-            let dropped = sched.abort_embedding(id);
+            let mut dropped = sched.abort_embedding(id);
+            pooled.retain(|&seq, t| {
+                let mine = t.request == id;
+                dropped += usize::from(mine && sched.abort(seq));
+                !mine
+            });
             tracing::info!(parent: &p.span, id, texts_dropped = dropped, "client left before its embeddings were done");
             false
         });
     }
 
-    /// Runs the step's batches and answers every request whose last text was among them.
-    /// The batches' requests are all pending: the scheduler holds only their texts.
+    /// Marks request `id` as scheduled at `started`, the first time one of its texts runs.
+    fn started(&mut self, id: u64, started: Instant) {
+        if let Some(p) = self.pending.get_mut(&id) {
+            if p.waiting.take().is_some() {
+                p.queue = Some(started.saturating_duration_since(p.arrival));
+            }
+        }
+    }
+
+    /// Pools the hidden rows a step computed for pooled text `seq` (the hidden size's floats
+    /// each, in position order) and, when `last` (its whole text is read), stores its vector,
+    /// ends its sequence and answers its request if that was its last text.
+    pub(crate) fn pool(
+        &mut self,
+        seq: SeqId,
+        rows: &[f32],
+        last: bool,
+        started: Instant,
+        sched: &mut Scheduler,
+        observer: &dyn EngineObserver,
+    ) {
+        let Some(pooling) = self.pooling else { return };
+        let dim = self.hidden_size;
+        let Some(t) = self.pooled.get_mut(&seq) else {
+            return;
+        };
+        let request = t.request;
+        if t.acc.is_empty() {
+            t.acc = vec![0.0; dim];
+        }
+        let n = rows.len() / dim;
+        match pooling {
+            Pooling::Mean => {
+                for row in rows.chunks_exact(dim) {
+                    t.acc
+                        .iter_mut()
+                        .zip(row)
+                        .for_each(|(a, &x)| *a += f64::from(x));
+                }
+            }
+            Pooling::Cls if t.rows == 0 && n > 0 => {
+                t.acc
+                    .iter_mut()
+                    .zip(&rows[..dim])
+                    .for_each(|(a, &x)| *a = f64::from(x));
+            }
+            Pooling::Cls => {}
+            Pooling::Last if n > 0 => {
+                let row = &rows[(n - 1) * dim..];
+                t.acc
+                    .iter_mut()
+                    .zip(row)
+                    .for_each(|(a, &x)| *a = f64::from(x));
+            }
+            Pooling::Last => {}
+        }
+        t.rows += n;
+        self.started(request, started);
+        if !last {
+            return;
+        }
+        let t = self.pooled.remove(&seq).expect("found above");
+        sched.abort(seq);
+        let scale = if pooling == Pooling::Mean {
+            t.rows.max(1) as f64
+        } else {
+            1.0
+        };
+        let mut v: Vec<f32> = t.acc.iter().map(|&a| (a / scale) as f32).collect();
+        normalize(&mut v);
+        self.deliver(request, t.index, v, observer);
+    }
+
+    /// Stores text `index`'s vector, and answers its request if that was its last text.
+    fn deliver(
+        &mut self,
+        request: u64,
+        index: usize,
+        vector: Vec<f32>,
+        observer: &dyn EngineObserver,
+    ) {
+        let Some(p) = self.pending.get_mut(&request) else {
+            return;
+        };
+        p.vectors[index] = Some(vector);
+        p.left -= 1;
+        if p.left > 0 {
+            return;
+        }
+        let p = self.pending.remove(&request).expect("found above");
+        let queue = p.queue.unwrap_or_default();
+        let prompt_tokens = p.texts.iter().map(Vec::len).sum();
+        observer.embedded(&EmbeddingDone {
+            texts: p.texts.len(),
+            prompt_tokens,
+            queue,
+            e2e: p.arrival.elapsed(),
+        });
+        let vectors = p
+            .vectors
+            .into_iter()
+            .map(|v| v.expect("every text ran"))
+            .collect();
+        let _ = p.answer.send(Ok(Embedded {
+            vectors,
+            queue_secs: queue.as_secs_f64(),
+        }));
+    }
+
+    /// Runs the step's sentence-model batches and answers every request whose last text was
+    /// among them. The batches' requests are all pending: the scheduler holds only their texts.
     pub(crate) fn run(
         &mut self,
         batches: &[EmbeddingBatch],
         started: Instant,
         observer: &dyn EngineObserver,
     ) -> Result<(), String> {
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let embedder = self
+            .embedder
+            .clone()
+            .ok_or("texts planned for a sentence model this engine does not have")?;
         for batch in batches {
-            for t in &batch.texts {
-                if let Some(p) = self.pending.get_mut(&t.request) {
-                    if p.waiting.take().is_some() {
-                        p.queue = Some(started.saturating_duration_since(p.arrival));
-                    }
-                }
-            }
             let inputs: Vec<&[u32]> = batch
                 .texts
                 .iter()
                 .map(|t| self.pending[&t.request].texts[t.index].as_slice())
                 .collect();
-            let vectors = self.embedder.embed(&inputs).map_err(|e| e.to_string())?;
+            let vectors = embedder.embed(&inputs).map_err(|e| e.to_string())?;
             for (t, v) in batch.texts.iter().zip(vectors) {
-                let p = self
-                    .pending
-                    .get_mut(&t.request)
-                    .expect("a planned text's request is pending");
-                p.vectors[t.index] = Some(v);
-                p.left -= 1;
+                self.started(t.request, started);
+                self.deliver(t.request, t.index, v, observer);
             }
-        }
-        let done: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.left == 0)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in done {
-            let p = self.pending.remove(&id).expect("listed above");
-            let queue = p.queue.unwrap_or_default();
-            let prompt_tokens = p.texts.iter().map(Vec::len).sum();
-            observer.embedded(&EmbeddingDone {
-                texts: p.texts.len(),
-                prompt_tokens,
-                queue,
-                e2e: p.arrival.elapsed(),
-            });
-            let vectors = p
-                .vectors
-                .into_iter()
-                .map(|v| v.expect("every text ran"))
-                .collect();
-            let _ = p.answer.send(Ok(Embedded {
-                vectors,
-                queue_secs: queue.as_secs_f64(),
-            }));
         }
         Ok(())
     }
 
     /// Fails every request in flight (the scheduler is started afresh by the caller).
     pub(crate) fn fail_all(&mut self, message: &str) {
+        self.pooled.clear();
         for (_, p) in self.pending.drain() {
             let _ = p.answer.send(Err(message.to_string()));
         }

@@ -25,7 +25,7 @@ use crate::config::EngineConfig;
 use crate::embedding_work::EmbeddingWork;
 use crate::handle::{EngineHandle, EngineMessage, EngineShared, Submitted};
 use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
-use crate::request::{EngineEvent, EngineRequest, Finished};
+use crate::request::{EmbeddingModel, EngineEvent, EngineRequest, Finished};
 use braid_embedding::SentenceEmbedder;
 use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
 use braid_sched::{
@@ -50,6 +50,8 @@ pub fn spawn_engine(
     cfg: EngineConfig,
     observer: Arc<dyn EngineObserver>,
 ) -> anyhow::Result<EngineHandle> {
+    let pooling = cfg.pooling.filter(|_| model.is_some());
+    let hidden_size = model.as_ref().map_or(0, |m| m.config().hidden);
     let sched_cfg = match &model {
         Some(m) => cfg.scheduler_config(m.config())?,
         None if embedder.is_some() => cfg.embedding_scheduler_config()?,
@@ -88,7 +90,8 @@ pub fn spawn_engine(
                 shared: shared.clone(),
                 observer,
                 steps: 0,
-                embeddings: embedder.map(EmbeddingWork::new),
+                embeddings: (embedder.is_some() || pooling.is_some())
+                    .then(|| EmbeddingWork::new(embedder, pooling, hidden_size)),
             };
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 // After calibrating, which ends with a fresh scheduler.
@@ -150,6 +153,10 @@ pub(crate) struct Engine {
     /// The embedding model and its requests, when one is served.
     pub(crate) embeddings: Option<EmbeddingWork>,
 }
+
+/// What a step's forward gives back: each sampled token, and for each text read for an
+/// embedding its hidden rows and whether it is now read whole.
+type ForwardOutput = (Vec<(SeqId, Sampled)>, Vec<(SeqId, Vec<f32>, bool)>);
 
 /// A token sampled in this step, as the step will report and send it.
 struct Outgoing {
@@ -230,14 +237,21 @@ impl Engine {
             EngineMessage::Embed(sub) => {
                 let arrival = sub.request.arrival;
                 let arrival_secs = arrival.saturating_duration_since(self.epoch).as_secs_f64();
-                match self.embeddings.as_mut() {
-                    Some(work) => work.admit(*sub, &mut self.sched, arrival_secs),
-                    // Validation sends embeddings only to a server with an embedding model.
-                    None => {
+                let shared = self.shared.clone();
+                match (sub.request.model, self.embeddings.as_mut()) {
+                    (EmbeddingModel::Sentence, Some(work)) if work.embedder.is_some() => {
+                        work.admit(*sub, &mut self.sched, arrival_secs)
+                    }
+                    (EmbeddingModel::Generation, Some(work)) if work.pooling.is_some() => work
+                        .admit_pooled(*sub, &mut self.sched, arrival_secs, || {
+                            shared.next_id.fetch_add(1, Ordering::Relaxed)
+                        }),
+                    // Validation sends embeddings only to a model that makes them.
+                    _ => {
                         let _ = sub
                             .request
                             .answer
-                            .send(Err("this server has no embedding model".into()));
+                            .send(Err("this model does not embed".into()));
                     }
                 }
             }
@@ -370,8 +384,8 @@ impl Engine {
                 kv.copy_block(src, dst);
             }
         }
-        let sampled = if plan.chunks.is_empty() {
-            Vec::new()
+        let (sampled, pooled) = if plan.chunks.is_empty() {
+            Default::default()
         } else {
             match self.forward_and_sample(plan) {
                 Ok(s) => s,
@@ -379,6 +393,11 @@ impl Engine {
             }
         };
         if let Some(work) = self.embeddings.as_mut() {
+            // Texts the generation model read: pooled, and ended (before the commit) once read
+            // whole; then the sentence model's batches.
+            for (seq, rows, last) in pooled {
+                work.pool(seq, &rows, last, started, &mut self.sched, &*self.observer);
+            }
             if let Err(e) = work.run(&plan.embeddings, started, &*self.observer) {
                 return self.fail_all(&format!("embedding model error: {e}"));
             }
@@ -484,19 +503,21 @@ impl Engine {
         }
     }
 
-    fn forward_and_sample(
-        &mut self,
-        plan: &StepPlan,
-    ) -> braid_model::Result<Vec<(SeqId, Sampled)>> {
+    /// The step's sampled tokens, and the hidden rows of the texts read for an embedding
+    /// (sequence, rows, whether the text is now read whole).
+    fn forward_and_sample(&mut self, plan: &StepPlan) -> braid_model::Result<ForwardOutput> {
         let mut entries = Vec::with_capacity(plan.chunks.len());
         for c in &plan.chunks {
             let seq = self.sched.sequence(c.seq).expect("planned sequence exists");
+            // A text read for an embedding wants its hidden rows, never logits or a sample.
+            let pooled = self.embeddings.as_ref().is_some_and(|w| w.is_pooled(c.seq));
             entries.push(BatchEntry {
                 tokens: &seq.tokens[c.range()],
                 start: c.start,
                 block_table: &seq.block_table,
-                sample: c.sample,
-                all_logits: c.all_logits,
+                sample: c.sample && !pooled,
+                all_logits: c.all_logits && !pooled,
+                hidden: pooled,
             });
         }
         // Where each chunk's logits start, and the row each sampled chunk samples from: a
@@ -507,7 +528,7 @@ impl Engine {
         for (c, e) in plan.chunks.iter().zip(&entries) {
             first_rows.push(row);
             row += e.logit_rows();
-            if c.sample {
+            if e.sample {
                 sampled_rows.push((c.seq, row - 1));
             }
         }
@@ -528,16 +549,26 @@ impl Engine {
             self.kv.as_mut().expect(generation),
             &mut self.ws,
         );
-        let logits = std::thread::scope(|s| {
+        let (logits, hidden) = std::thread::scope(|s| {
             if !masked.is_empty() {
                 s.spawn(|| masked.iter_mut().for_each(|m| m.prepare_mask()));
             }
-            model.forward(&entries, kv, ws)
+            model.forward_with_hidden(&entries, kv, ws)
         })?;
+        let dim = model.config.hidden;
+        let mut pooled = Vec::new();
+        let mut hidden_row = 0;
+        for (c, e) in plan.chunks.iter().zip(&entries) {
+            if e.hidden {
+                let rows = &hidden[hidden_row * dim..(hidden_row + c.len) * dim];
+                pooled.push((c.seq, rows.to_vec(), c.sample));
+                hidden_row += c.len;
+            }
+        }
         let vocab = self.model.as_ref().expect(generation).config().vocab_size;
         let row_logits = |row: usize| &logits[row * vocab..(row + 1) * vocab];
-        for (c, first) in plan.chunks.iter().zip(first_rows) {
-            if !c.all_logits {
+        for ((c, e), first) in plan.chunks.iter().zip(&entries).zip(first_rows) {
+            if !e.all_logits {
                 continue;
             }
             let a = self
@@ -566,10 +597,11 @@ impl Engine {
                 (seq, sampler, row_logits(row))
             })
             .collect();
-        Ok(rows
+        let sampled = rows
             .par_iter_mut()
             .map(|(id, sampler, logits)| (*id, sampler.sample(logits)))
-            .collect())
+            .collect();
+        Ok((sampled, pooled))
     }
 
     /// Reports a request finished, the one way every finished request is reported, and

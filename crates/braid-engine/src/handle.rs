@@ -15,7 +15,7 @@
 //! says so instead of just letting go of the request's event channel, which the engine takes
 //! for a client that left.
 
-use crate::request::{EmbedRequest, EngineRequest, SubmitError};
+use crate::request::{EmbedRequest, EmbeddingModel, EngineRequest, SubmitError};
 use crate::step_watch::StepWatch;
 use braid_sched::{FinishReason, SchedulerConfig};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -159,6 +159,17 @@ impl EngineHandle {
     pub fn embed(&self, req: EmbedRequest) -> Result<(), SubmitError> {
         if !self.shared.alive.load(Ordering::Acquire) {
             return Err(SubmitError::EngineStopped);
+        }
+        // The generation model reads each text as a prompt: it must fit the KV pool.
+        if req.model == EmbeddingModel::Generation {
+            for t in &req.texts {
+                if let Some(needed_tokens) = self.sched.exceeds_kv_pool(t.len(), 1) {
+                    return Err(SubmitError::ExceedsKvPool {
+                        needed_tokens,
+                        pool_tokens: self.sched.pool_tokens(),
+                    });
+                }
+            }
         }
         let waiting = self.waiting_place()?;
         self.tx

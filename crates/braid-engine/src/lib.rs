@@ -46,7 +46,7 @@ mod observer;
 mod request;
 mod step_watch;
 
-pub use braid_embedding::SentenceEmbedder;
+pub use braid_embedding::{Pooling, SentenceEmbedder};
 pub use braid_sched::{CacheEvent, FinishReason};
 pub use config::EngineConfig;
 pub use engine::spawn_engine;
@@ -54,4 +54,6 @@ pub use handle::{EmbedSubmitted, EngineHandle, EngineMessage, EngineStats, Submi
 pub use observer::{
     EmbeddingDone, EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming,
 };
-pub use request::{EmbedRequest, Embedded, EngineEvent, EngineRequest, Finished, SubmitError};
+pub use request::{
+    EmbedRequest, Embedded, EmbeddingModel, EngineEvent, EngineRequest, Finished, SubmitError,
+};

@@ -53,11 +53,23 @@ impl EngineRequest {
 /// model's length). The answer is every text's vector in order, or why the engine failed.
 pub struct EmbedRequest {
     pub id: u64,
+    /// Which model embeds the texts.
+    pub model: EmbeddingModel,
     pub texts: Vec<Vec<u32>>,
     pub arrival: Instant,
     /// Dropping the receiver cancels: the texts still waiting are forgotten.
     pub answer: tokio::sync::oneshot::Sender<Result<Embedded, String>>,
     pub span: tracing::Span,
+}
+
+/// The model an embedding request runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbeddingModel {
+    /// The sentence-transformers model (`--embedding-model`), in its own batches.
+    Sentence,
+    /// The generation model, its final hidden states pooled (`--pooling`): each text is read
+    /// like a prompt, in slices, and answered once its last slice is read.
+    Generation,
 }
 
 /// An embedding request's answer.

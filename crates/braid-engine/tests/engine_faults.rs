@@ -53,6 +53,7 @@ fn engine_with(
         itl_target: Some(Duration::from_millis(100)),
         starvation_after: Duration::from_secs(2),
         prefix_caching: true,
+        pooling: None,
     };
     let recorder = Arc::new(Recorder::default());
     let h = spawn_engine(Some(model), None, cfg, recorder.clone()).unwrap();

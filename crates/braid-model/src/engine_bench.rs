@@ -90,6 +90,7 @@ fn prefill_rate(
                 block_table: &table,
                 sample: true,
                 all_logits: false,
+                hidden: false,
             }],
             &mut kv,
             ws,
@@ -163,6 +164,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                     block_table: &tables[0],
                     sample: false,
                     all_logits: false,
+                    hidden: false,
                 }],
                 &mut kv,
                 &mut ws,
@@ -179,6 +181,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                         block_table: tbl,
                         sample: false,
                         all_logits: false,
+                        hidden: false,
                     }],
                     &mut kv,
                     &mut ws,
@@ -196,6 +199,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                     block_table: &tables[s],
                     sample: true,
                     all_logits: false,
+                    hidden: false,
                 })
                 .collect();
             let t = Instant::now();

@@ -67,6 +67,7 @@ pub fn generate(
             block_table: &table,
             sample: end == prompt.len(),
             all_logits: false,
+            hidden: false,
         };
         let out = m.model.forward(&[entry], &mut kv, &mut ws)?;
         if entry.sample {
@@ -91,6 +92,7 @@ pub fn generate(
             block_table: &table,
             sample: true,
             all_logits: false,
+            hidden: false,
         };
         logits = m.model.forward(&[entry], &mut kv, &mut ws)?.to_vec();
         pos += 1;

@@ -41,6 +41,9 @@ pub struct BatchEntry<'a> {
     /// Whether every row's logits are wanted (scoring a prompt: each row's logits give the
     /// next token's log-probability); implies the last row's.
     pub all_logits: bool,
+    /// Whether every row's final hidden state (after the output norm) is wanted, to be pooled
+    /// into an embedding ([`Model::forward_with_hidden`]).
+    pub hidden: bool,
 }
 
 impl BatchEntry<'_> {
@@ -72,6 +75,8 @@ pub struct Workspace {
     positions: Vec<usize>,
     last: Vec<f32>,
     logits: Vec<f32>,
+    /// The final hidden rows of the step's `hidden` entries, after the output norm.
+    hidden: Vec<f32>,
 }
 
 impl Model {
@@ -156,6 +161,19 @@ impl Model {
         // would hand its work over and sleep until it is done (two thread wake-ups per loop);
         // started from inside, the pool's threads only share work.
         braid_kernels::run_step(|| self.forward_in_pool(batch, kv, ws))
+    }
+
+    /// Runs the step like [`forward`](Self::forward) and also returns the final hidden state
+    /// (after the output norm) of every row of each `hidden` entry, in batch order,
+    /// `hidden_size` floats each: what an embedding pools.
+    pub fn forward_with_hidden<'w>(
+        &self,
+        batch: &[BatchEntry],
+        kv: &mut KvPool,
+        ws: &'w mut Workspace,
+    ) -> Result<(&'w [f32], &'w [f32])> {
+        let n = self.forward(batch, kv, ws)?.len();
+        Ok((&ws.logits[..n], &ws.hidden))
     }
 
     /// The step's sequential loops (norms, rope, activations, quantizing them, cache writes)
@@ -285,10 +303,29 @@ impl Model {
         }
 
         let mut wanted_rows = Vec::new();
+        let mut hidden_rows = Vec::new();
         let mut row = 0;
         for e in batch {
+            if e.hidden {
+                hidden_rows.extend(row..row + e.tokens.len());
+            }
             row += e.tokens.len();
             wanted_rows.extend(row - e.logit_rows()..row);
+        }
+        ws.hidden.clear();
+        if !hidden_rows.is_empty() {
+            let n = hidden_rows.len();
+            ws.last.resize(n * h, 0.0);
+            for (i, &r) in hidden_rows.iter().enumerate() {
+                ws.last[i * h..(i + 1) * h].copy_from_slice(&ws.x[r * h..(r + 1) * h]);
+            }
+            ws.hidden.resize(n * h, 0.0);
+            rms_norm_rows(
+                &ws.last,
+                &self.weights.output_norm,
+                c.rms_eps,
+                &mut ws.hidden,
+            );
         }
         let s = wanted_rows.len();
         ws.last.resize(s * h, 0.0);

@@ -79,6 +79,7 @@ fn braid_steps(m: &LoadedModel, prompt: &[u32], generated: &[u32]) -> Vec<Vec<f3
             block_table: &table,
             sample: true,
             all_logits: false,
+            hidden: false,
         };
         let logits = m
             .model

@@ -35,6 +35,7 @@ fn logits(path: &Path) -> (Vec<Vec<f32>>, Vec<&'static str>) {
             block_table: &table,
             sample: true,
             all_logits: false,
+            hidden: false,
         };
         m.model
             .forward(&[entry], &mut kv, &mut ws)

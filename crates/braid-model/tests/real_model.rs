@@ -185,6 +185,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
                     block_table: &t,
                     sample: true,
                     all_logits: false,
+                    hidden: false,
                 }],
                 &mut kv1,
                 &mut ws1,
@@ -203,6 +204,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
             block_table: &tables[i],
             sample: i < 4,
             all_logits: false,
+            hidden: false,
         });
     }
     let first = m
@@ -231,6 +233,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
                 block_table: &tables[i],
                 sample: true,
                 all_logits: false,
+                hidden: false,
             });
         } else {
             entries.push(BatchEntry {
@@ -239,6 +242,7 @@ fn a_sequence_in_a_mixed_batch_gets_the_same_logits_as_alone() {
                 block_table: &tables[i],
                 sample: true,
                 all_logits: false,
+                hidden: false,
             });
         }
     }
@@ -282,6 +286,7 @@ fn greedy_logits(tokens: &[u32]) -> Vec<f32> {
                 block_table: &t,
                 sample: true,
                 all_logits: false,
+                hidden: false,
             }],
             &mut kv,
             &mut ws,

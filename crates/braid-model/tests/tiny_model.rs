@@ -111,6 +111,7 @@ fn prompt_longer_than_the_context_is_an_error() {
             block_table: &table,
             sample: true,
             all_logits: false,
+            hidden: false,
         }],
         &mut kv,
         &mut ws,
@@ -123,6 +124,7 @@ fn prompt_longer_than_the_context_is_an_error() {
             block_table: &table[..2],
             sample: true,
             all_logits: false,
+            hidden: false,
         }],
         &mut kv,
         &mut ws,
@@ -171,6 +173,7 @@ fn forward_matches_candle_transformers_reference() {
                 block_table: &table,
                 sample: true,
                 all_logits: false,
+                hidden: false,
             }],
             &mut kv,
             &mut Workspace::default(),
@@ -216,6 +219,7 @@ fn batch_composition_does_not_change_a_single_bit() {
                         block_table: &t,
                         sample: true,
                         all_logits: false,
+                        hidden: false,
                     }],
                     &mut kv,
                     &mut Workspace::default(),
@@ -237,6 +241,7 @@ fn batch_composition_does_not_change_a_single_bit() {
             block_table: t,
             sample: true,
             all_logits: false,
+            hidden: false,
         })
         .collect();
     let batched = m

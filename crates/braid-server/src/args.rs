@@ -13,6 +13,27 @@ pub enum MetricsCompat {
     Vllm,
 }
 
+/// How the generation model's final hidden states make an embedding (`--pooling`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolingArg {
+    /// The mean over the text's tokens.
+    Mean,
+    /// The last token's (how Qwen3-Embedding and other decoder embedders are used).
+    Last,
+    /// The first token's.
+    Cls,
+}
+
+impl From<PoolingArg> for braid_engine::Pooling {
+    fn from(p: PoolingArg) -> Self {
+        match p {
+            PoolingArg::Mean => Self::Mean,
+            PoolingArg::Last => Self::Last,
+            PoolingArg::Cls => Self::Cls,
+        }
+    }
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
     /// Address to listen on (0.0.0.0 to accept connections from other machines).
@@ -35,6 +56,13 @@ pub struct ServeArgs {
     /// under the same latency target.
     #[arg(long, value_name = "DIR")]
     pub embedding_model: Option<PathBuf>,
+
+    /// The generation model also serves /v1/embeddings (under its own id), its final hidden
+    /// states (after the output norm) pooled so and normalised to unit length: `last` for
+    /// decoder embedders such as Qwen3-Embedding. Its texts are read like prompts, in the
+    /// same steps.
+    #[arg(long, value_enum, value_name = "POOLING")]
+    pub pooling: Option<PoolingArg>,
 
     /// Load the model from this model-hub repository instead of --model (needs --hf-file).
     /// The hub cache (HF_HUB_CACHE, else HF_HOME/hub) is used first; only a missing file is
@@ -260,6 +288,7 @@ impl ServeArgs {
             itl_target: (self.itl_target_ms > 0).then(|| Duration::from_millis(self.itl_target_ms)),
             starvation_after: Duration::from_millis(self.starvation_ms),
             prefix_caching: !self.no_prefix_cache,
+            pooling: self.pooling.map(Into::into),
         }
     }
 

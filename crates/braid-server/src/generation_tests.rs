@@ -135,6 +135,7 @@ fn fake_server_with_pool(
     state.set_ready(Ready {
         model: Some(m),
         embedder: None,
+        pooling: None,
         engine,
         observer: MetricsObserver::new(metrics, None),
         limits,

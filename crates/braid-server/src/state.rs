@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::openai_types::unix_now;
 use crate::request_traces::RequestTraces;
 use crate::validation::Limits;
-use braid_engine::{spawn_engine, EngineConfig, EngineHandle, SentenceEmbedder};
+use braid_engine::{spawn_engine, EngineConfig, EngineHandle, Pooling, SentenceEmbedder};
 use braid_model::LoadedModel;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -39,6 +39,8 @@ pub struct Ready {
     pub(crate) model: Option<Arc<LoadedModel>>,
     /// The embedding model served beside (`--embedding-model`), whose texts share the steps.
     pub embedder: Option<Arc<SentenceEmbedder>>,
+    /// The generation model also embeds, its hidden states pooled so (`--pooling`).
+    pub pooling: Option<Pooling>,
     pub engine: EngineHandle,
     /// The engine's reports as metrics, and the live step feed.
     pub observer: Arc<MetricsObserver>,
@@ -74,10 +76,12 @@ impl Ready {
         kv_events: Option<Arc<KvEventPublisher>>,
     ) -> anyhow::Result<Self> {
         let observer = MetricsObserver::new(metrics, kv_events.clone());
+        let pooling = cfg.pooling.filter(|_| model.is_some());
         let engine = spawn_engine(model.clone(), embedder.clone(), cfg, observer.clone())?;
         Ok(Self {
             model,
             embedder,
+            pooling,
             engine,
             observer,
             limits,

@@ -19,7 +19,8 @@ mod prompt;
 mod sampling;
 
 pub use embedding::{
-    check_embedding_model, embedding, Encoding, ValidEmbedding, MAX_EMBEDDING_INPUTS,
+    check_embedding_model, embedding, Embeds, Encoding, PooledModel, ValidEmbedding,
+    MAX_EMBEDDING_INPUTS,
 };
 pub use limits::{Limits, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_TOKEN_IDS};
 pub use messages::{chat_prompt, ChatEnd};

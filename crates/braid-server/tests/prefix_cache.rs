@@ -31,6 +31,7 @@ fn engine(prefix_caching: bool, kv_cache_mb: usize) -> Engine {
         itl_target: None,
         starvation_after: Duration::from_secs(2),
         prefix_caching,
+        pooling: None,
     };
     let metrics = Arc::new(Metrics::new());
     Engine {

@@ -14,12 +14,12 @@ use crate::openai_types::{
 use crate::request_origin::RequestOrigin;
 use crate::routes::blocking;
 use crate::state::AppState;
-use crate::validation::{self, Encoding};
+use crate::validation::{self, Encoding, PooledModel};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use base64::Engine as _;
-use braid_engine::EmbedRequest;
+use braid_engine::{EmbedRequest, EmbeddingModel};
 use std::time::Instant;
 
 pub async fn embeddings(
@@ -30,21 +30,43 @@ pub async fn embeddings(
     let arrival = Instant::now();
     let origin = RequestOrigin::of("embeddings", &headers);
     let ready = state.ready()?;
-    validation::check_embedding_model(
+    let target = validation::check_embedding_model(
         req.model.as_deref(),
         ready.embedder.as_deref(),
+        ready.pooling,
         &ready.limits,
     )?;
-    let embedder = ready
-        .embedder
-        .clone()
-        .expect("checked: an embedding model is served");
     let limits = ready.limits.clone();
-    let model_id = embedder.id().to_string();
-    let valid = blocking(&state, move || {
-        validation::embedding(&req, &embedder, &limits)
-    })
-    .await??;
+    let (valid, model_id) = match target {
+        EmbeddingModel::Sentence => {
+            let embedder = ready
+                .embedder
+                .clone()
+                .expect("checked: a sentence model is served");
+            let id = embedder.id().to_string();
+            let valid = blocking(&state, move || {
+                validation::embedding(&req, &*embedder, &limits)
+            });
+            (valid.await??, id)
+        }
+        EmbeddingModel::Generation => {
+            let model = ready.generator()?.clone();
+            let id = state.served_model_name.clone();
+            let served = id.clone();
+            let valid = blocking(&state, move || {
+                // The scheduler admits a prompt with room for one token after it, which an
+                // embedding never samples.
+                let max_tokens = limits.max_prompt_tokens.min(limits.context_length - 1);
+                let pooled = PooledModel {
+                    model: &model,
+                    id: &served,
+                    max_tokens,
+                };
+                validation::embedding(&req, &pooled, &limits)
+            });
+            (valid.await??, id)
+        }
+    };
     let prompt_tokens = valid.prompt_tokens();
     let texts = valid.texts.len();
     let id = ready.engine.next_request_id();
@@ -52,6 +74,7 @@ pub async fn embeddings(
     let (answer, answered) = tokio::sync::oneshot::channel();
     ready.engine.embed(EmbedRequest {
         id,
+        model: target,
         texts: valid.texts,
         arrival,
         answer,

@@ -1,16 +1,87 @@
 //! An embedding request checked against the embedding model: which model, which inputs, cut
 //! where, and in which encoding the vectors go back.
 //!
-//! Texts are tokenized here, off the async workers like every prompt, and cut as
-//! sentence-transformers cuts them (the first `max_seq_length` tokens) unless the request asks
-//! for vLLM's `truncate_prompt_tokens` (the last k). Token-id inputs are read as given, special
-//! tokens included, as vLLM reads them; one longer than the model reads is refused unless
-//! `truncate_prompt_tokens` says where to cut it.
+//! Two kinds of model embed: the sentence model (`--embedding-model`) and the generation model
+//! with `--pooling`; the checks are the same for both ([`Embeds`]). Texts are tokenized here,
+//! off the async workers like every prompt, and cut as sentence-transformers cuts them (the
+//! first tokens the model reads) unless the request asks for vLLM's `truncate_prompt_tokens`
+//! (the last k). Token-id inputs are read as given, special tokens included, as vLLM reads
+//! them; one longer than the model reads is refused unless `truncate_prompt_tokens` says where
+//! to cut it.
 
 use super::{Limits, Result};
 use crate::error::ValidationError;
 use crate::openai_types::{EmbeddingInput, EmbeddingRequest};
 use braid_embedding::{Keep, SentenceEmbedder};
+use braid_engine::{EmbeddingModel, Pooling};
+use braid_model::LoadedModel;
+
+/// What validation needs of a model that embeds.
+pub trait Embeds {
+    fn id(&self) -> &str;
+    fn dimensions(&self) -> usize;
+    /// Most tokens one text may have, special tokens included.
+    fn max_tokens(&self) -> usize;
+    fn vocab_size(&self) -> usize;
+    /// A text's tokens, special tokens included, cut as `keep` says.
+    fn tokenize(&self, text: &str, keep: Keep) -> std::result::Result<Vec<u32>, String>;
+}
+
+impl Embeds for SentenceEmbedder {
+    fn id(&self) -> &str {
+        SentenceEmbedder::id(self)
+    }
+    fn dimensions(&self) -> usize {
+        SentenceEmbedder::dimensions(self)
+    }
+    fn max_tokens(&self) -> usize {
+        SentenceEmbedder::max_tokens(self)
+    }
+    fn vocab_size(&self) -> usize {
+        SentenceEmbedder::vocab_size(self)
+    }
+    fn tokenize(&self, text: &str, keep: Keep) -> std::result::Result<Vec<u32>, String> {
+        SentenceEmbedder::tokenize(self, text, keep).map_err(|e| e.to_string())
+    }
+}
+
+/// The generation model as an embedder (`--pooling`): a text is its prompt, BOS where the model
+/// puts one, and at most what the context and `--max-prompt-tokens` leave room for.
+pub struct PooledModel<'a> {
+    pub model: &'a LoadedModel,
+    pub id: &'a str,
+    pub max_tokens: usize,
+}
+
+impl Embeds for PooledModel<'_> {
+    fn id(&self) -> &str {
+        self.id
+    }
+    fn dimensions(&self) -> usize {
+        self.model.config().hidden
+    }
+    fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+    fn vocab_size(&self) -> usize {
+        self.model.tokenizer.vocab_size()
+    }
+    fn tokenize(&self, text: &str, keep: Keep) -> std::result::Result<Vec<u32>, String> {
+        let mut ids = self
+            .model
+            .tokenizer
+            .encode_prompt(text)
+            .map_err(|e| e.to_string())?;
+        match keep {
+            Keep::First(n) => ids.truncate(n.min(self.max_tokens)),
+            Keep::Last(n) => {
+                let n = n.min(self.max_tokens);
+                ids.drain(..ids.len().saturating_sub(n));
+            }
+        }
+        Ok(ids)
+    }
+}
 
 /// Most inputs one request may hold (OpenAI's bound).
 pub const MAX_EMBEDDING_INPUTS: usize = 2048;
@@ -36,28 +107,40 @@ impl ValidEmbedding {
     }
 }
 
-/// The model a request may name: the embedding model, or nothing.
+/// The model an embedding request runs on: the one it names, or the sentence model, else the
+/// generation model when it pools. A model that does not embed is a 400 naming those that do.
 pub fn check_embedding_model(
     requested: Option<&str>,
     embedder: Option<&SentenceEmbedder>,
+    pooling: Option<Pooling>,
     limits: &Limits,
-) -> Result<()> {
-    let embeds = embedder.map_or("none".to_string(), |e| format!("`{}`", e.id()));
+) -> Result<EmbeddingModel> {
+    let served = limits.served_model_name.as_str();
+    let embeds: Vec<String> = embedder
+        .map(|e| format!("`{}`", e.id()))
+        .into_iter()
+        .chain(pooling.map(|_| format!("`{served}`")))
+        .collect();
     let does_not_embed = |requested: &str| ValidationError::WrongModelKind {
         requested: requested.to_string(),
         cannot: "generates text and does not embed",
-        serving: embeds.clone(),
+        serving: if embeds.is_empty() {
+            "none (start the server with --embedding-model DIR, or --pooling to embed with this model)".into()
+        } else {
+            embeds.join(", ")
+        },
     };
-    match (requested.filter(|m| !m.is_empty()), embedder) {
-        (None, Some(_)) => Ok(()),
-        (Some(m), Some(e)) if m == e.id() => Ok(()),
-        (None, None) => Err(does_not_embed(&limits.served_model_name)),
-        (Some(m), _) if m == limits.served_model_name => Err(does_not_embed(m)),
-        (Some(m), _) => Err(ValidationError::ModelNotFound {
+    let pooled = || pooling.map(|_| EmbeddingModel::Generation);
+    match requested.filter(|m| !m.is_empty()) {
+        None if embedder.is_some() => Ok(EmbeddingModel::Sentence),
+        Some(m) if embedder.is_some_and(|e| m == e.id()) => Ok(EmbeddingModel::Sentence),
+        None => pooled().ok_or_else(|| does_not_embed(served)),
+        Some(m) if m == served => pooled().ok_or_else(|| does_not_embed(m)),
+        Some(m) => Err(ValidationError::ModelNotFound {
             requested: m.to_string(),
             served: match embedder {
-                Some(e) => format!("{}` and `{}", limits.served_model_name, e.id()),
-                None => limits.served_model_name.clone(),
+                Some(e) => format!("{served}` and `{}", e.id()),
+                None => served.to_string(),
             },
         }),
     }
@@ -65,7 +148,7 @@ pub fn check_embedding_model(
 
 pub fn embedding(
     req: &EmbeddingRequest,
-    embedder: &SentenceEmbedder,
+    embedder: &dyn Embeds,
     limits: &Limits,
 ) -> Result<ValidEmbedding> {
     let encoding = match req.encoding_format.as_deref() {
@@ -131,7 +214,7 @@ pub fn embedding(
         let keep = cut.map_or(Keep::First(max), Keep::Last);
         embedder
             .tokenize(t, keep)
-            .map_err(|e| ValidationError::Tokenize(e.to_string()))
+            .map_err(ValidationError::Tokenize)
     };
     let vocab = embedder.vocab_size();
     let ids = |ids: &[i64]| -> Result<Vec<u32>> {
