@@ -13,14 +13,12 @@ pub enum MetricsCompat {
     Vllm,
 }
 
-/// How the generation model's final hidden states make an embedding (`--pooling`).
+/// How the generation model's final hidden states make an embedding (`--pooling`; the flag's
+/// help says what each does).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PoolingArg {
-    /// The mean over the text's tokens.
     Mean,
-    /// The last token's (how Qwen3-Embedding and other decoder embedders are used).
     Last,
-    /// The first token's.
     Cls,
 }
 
@@ -58,9 +56,9 @@ pub struct ServeArgs {
     pub embedding_model: Option<PathBuf>,
 
     /// The generation model also serves /v1/embeddings (under its own id), its final hidden
-    /// states (after the output norm) pooled so and normalised to unit length: `last` for
-    /// decoder embedders such as Qwen3-Embedding. Its texts are read like prompts, in the
-    /// same steps.
+    /// states (after the output norm) pooled and normalised to unit length: `mean` over the
+    /// text's tokens, the `last` token's (how decoder embedders such as Qwen3-Embedding are
+    /// used) or the first token's (`cls`). Its texts are read like prompts, in the same steps.
     #[arg(long, value_enum, value_name = "POOLING")]
     pub pooling: Option<PoolingArg>,
 
