@@ -35,9 +35,21 @@ struct Pending {
     span: tracing::Span,
 }
 
+/// The hidden rows one step computed for a text the generation model reads for an embedding.
+pub(crate) struct PooledSlice {
+    pub seq: SeqId,
+    /// The hidden size's floats a row, in position order.
+    pub rows: Vec<f32>,
+    /// The slice starts at the text's first token: the first time, or again after the
+    /// sequence was preempted and its text is read anew.
+    pub from_start: bool,
+    /// The text is read whole with this slice.
+    pub whole: bool,
+}
+
 /// A text the generation model reads for an embedding: where its vector goes, and the pooling
 /// so far over the slices read.
-pub(crate) struct PooledText {
+struct PooledText {
     request: u64,
     index: usize,
     /// Mean: the sum of the rows read; cls: the first row; last: the latest row.
@@ -173,26 +185,32 @@ impl EmbeddingWork {
         }
     }
 
-    /// Pools the hidden rows a step computed for pooled text `seq` (the hidden size's floats
-    /// each, in position order) and, when `last` (its whole text is read), stores its vector,
-    /// ends its sequence and answers its request if that was its last text.
+    /// Pools the hidden rows a step computed for a text and, when the text is read whole,
+    /// stores its vector, ends its sequence and answers its request if that was its last text.
     pub(crate) fn pool(
         &mut self,
-        seq: SeqId,
-        rows: &[f32],
-        last: bool,
+        slice: PooledSlice,
         started: Instant,
         sched: &mut Scheduler,
         observer: &dyn EngineObserver,
     ) {
         let Some(pooling) = self.pooling else { return };
         let dim = self.hidden_size;
+        let PooledSlice {
+            seq,
+            rows,
+            from_start,
+            whole,
+        } = slice;
         let Some(t) = self.pooled.get_mut(&seq) else {
             return;
         };
         let request = t.request;
-        if t.acc.is_empty() {
+        // A preempted text is read again from its first token: what it pooled before is
+        // dropped, or the mean would count those rows twice.
+        if from_start {
             t.acc = vec![0.0; dim];
+            t.rows = 0;
         }
         let n = rows.len() / dim;
         match pooling {
@@ -222,7 +240,7 @@ impl EmbeddingWork {
         }
         t.rows += n;
         self.started(request, started);
-        if !last {
+        if !whole {
             return;
         }
         let t = self.pooled.remove(&seq).expect("found above");
@@ -309,5 +327,110 @@ impl EmbeddingWork {
         for (_, p) in self.pending.drain() {
             let _ = p.answer.send(Err(message.to_string()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observer::{EngineInfo, RequestEvent, StepStats};
+    use crate::request::{EmbedRequest, EmbeddingModel};
+    use braid_sched::SchedulerConfig;
+    use tokio::sync::Semaphore;
+
+    struct Quiet;
+
+    impl EngineObserver for Quiet {
+        fn started(&self, _: &EngineInfo) {}
+        fn step(&self, _: &StepStats) {}
+        fn request(&self, _: u64, _: &RequestEvent) {}
+    }
+
+    /// One text of four tokens, mean-pooled over rows of two values; its sequence is 100.
+    fn one_text() -> (
+        EmbeddingWork,
+        Scheduler,
+        oneshot::Receiver<Result<Embedded, String>>,
+    ) {
+        let mut work = EmbeddingWork::new(None, Some(Pooling::Mean), 2);
+        let mut sched = Scheduler::new(SchedulerConfig::default());
+        let (answer, answered) = oneshot::channel();
+        let waiting = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let request = EmbedRequest {
+            id: 7,
+            model: EmbeddingModel::Generation,
+            texts: vec![vec![1, 2, 3, 4]],
+            arrival: Instant::now(),
+            answer,
+            span: tracing::Span::none(),
+        };
+        work.admit_pooled(EmbedSubmitted { request, waiting }, &mut sched, 0.0, || 100);
+        (work, sched, answered)
+    }
+
+    fn slice(rows: &[f32], from_start: bool, whole: bool) -> PooledSlice {
+        PooledSlice {
+            seq: 100,
+            rows: rows.to_vec(),
+            from_start,
+            whole,
+        }
+    }
+
+    #[test]
+    fn the_mean_runs_over_every_slice_of_the_text() {
+        let (mut work, mut sched, mut answered) = one_text();
+        let now = Instant::now();
+        work.pool(
+            slice(&[1.0, 0.0, 3.0, 0.0], true, false),
+            now,
+            &mut sched,
+            &Quiet,
+        );
+        work.pool(
+            slice(&[0.0, 2.0, 0.0, 6.0], false, true),
+            now,
+            &mut sched,
+            &Quiet,
+        );
+        let v = answered.try_recv().unwrap().unwrap().vectors.remove(0);
+        // The mean (1, 2) over four rows, at unit length.
+        let n = 5f32.sqrt();
+        assert!(
+            (v[0] - 1.0 / n).abs() < 1e-6 && (v[1] - 2.0 / n).abs() < 1e-6,
+            "{v:?}"
+        );
+        assert!(work.is_empty() && sched.sequence(100).is_none());
+    }
+
+    #[test]
+    fn a_text_read_again_after_preemption_pools_afresh() {
+        let (mut work, mut sched, mut answered) = one_text();
+        let now = Instant::now();
+        work.pool(
+            slice(&[9.0, 0.0, 9.0, 0.0], true, false),
+            now,
+            &mut sched,
+            &Quiet,
+        );
+        // Preempted: the text is read again from its first token.
+        work.pool(
+            slice(&[0.0, 1.0, 0.0, 1.0], true, false),
+            now,
+            &mut sched,
+            &Quiet,
+        );
+        work.pool(
+            slice(&[0.0, 1.0, 0.0, 1.0], false, true),
+            now,
+            &mut sched,
+            &Quiet,
+        );
+        let v = answered.try_recv().unwrap().unwrap().vectors.remove(0);
+        assert_eq!(
+            v,
+            vec![0.0, 1.0],
+            "the rows read before the preemption are not counted"
+        );
     }
 }

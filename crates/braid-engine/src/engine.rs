@@ -22,7 +22,7 @@
 //! nothing could answer its requests any more.
 
 use crate::config::EngineConfig;
-use crate::embedding_work::EmbeddingWork;
+use crate::embedding_work::{EmbeddingWork, PooledSlice};
 use crate::handle::{EngineHandle, EngineMessage, EngineShared, Submitted};
 use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
 use crate::request::{EmbeddingModel, EngineEvent, EngineRequest, Finished};
@@ -154,9 +154,9 @@ pub(crate) struct Engine {
     pub(crate) embeddings: Option<EmbeddingWork>,
 }
 
-/// What a step's forward gives back: each sampled token, and for each text read for an
-/// embedding its hidden rows and whether it is now read whole.
-type ForwardOutput = (Vec<(SeqId, Sampled)>, Vec<(SeqId, Vec<f32>, bool)>);
+/// What a step's forward gives back: each sampled token, and the hidden rows of each text read
+/// for an embedding.
+type ForwardOutput = (Vec<(SeqId, Sampled)>, Vec<PooledSlice>);
 
 /// A token sampled in this step, as the step will report and send it.
 struct Outgoing {
@@ -395,8 +395,8 @@ impl Engine {
         if let Some(work) = self.embeddings.as_mut() {
             // Texts the generation model read: pooled, and ended (before the commit) once read
             // whole; then the sentence model's batches.
-            for (seq, rows, last) in pooled {
-                work.pool(seq, &rows, last, started, &mut self.sched, &*self.observer);
+            for slice in pooled {
+                work.pool(slice, started, &mut self.sched, &*self.observer);
             }
             if let Err(e) = work.run(&plan.embeddings, started, &*self.observer) {
                 return self.fail_all(&format!("embedding model error: {e}"));
@@ -503,8 +503,7 @@ impl Engine {
         }
     }
 
-    /// The step's sampled tokens, and the hidden rows of the texts read for an embedding
-    /// (sequence, rows, whether the text is now read whole).
+    /// The step's sampled tokens, and the hidden rows of the texts read for an embedding.
     fn forward_and_sample(&mut self, plan: &StepPlan) -> braid_model::Result<ForwardOutput> {
         let mut entries = Vec::with_capacity(plan.chunks.len());
         for c in &plan.chunks {
@@ -561,7 +560,12 @@ impl Engine {
         for (c, e) in plan.chunks.iter().zip(&entries) {
             if e.hidden {
                 let rows = &hidden[hidden_row * dim..(hidden_row + c.len) * dim];
-                pooled.push((c.seq, rows.to_vec(), c.sample));
+                pooled.push(PooledSlice {
+                    seq: c.seq,
+                    rows: rows.to_vec(),
+                    from_start: c.start == 0,
+                    whole: c.sample,
+                });
                 hidden_row += c.len;
             }
         }
