@@ -122,18 +122,8 @@ impl EngineHandle {
     /// Queues `req`: `EngineStopped` when the engine is gone, `ExceedsKvPool` when it could
     /// never run, `QueueFull` when `max_waiting` are waiting.
     pub fn submit(&self, req: EngineRequest) -> Result<(), SubmitError> {
-        if !self.shared.alive.load(Ordering::Acquire) {
-            return Err(SubmitError::EngineStopped);
-        }
-        if let Some(needed_tokens) = self
-            .sched
-            .exceeds_kv_pool(req.prompt.len(), req.max_new_tokens())
-        {
-            return Err(SubmitError::ExceedsKvPool {
-                needed_tokens,
-                pool_tokens: self.sched.pool_tokens(),
-            });
-        }
+        self.check_alive()?;
+        self.check_fits_kv_pool(req.prompt.len(), req.max_new_tokens())?;
         let waiting = self.waiting_place()?;
         self.tx
             .send(EngineMessage::Submit(Box::new(Submitted {
@@ -141,6 +131,29 @@ impl EngineHandle {
                 waiting,
             })))
             .map_err(|_| SubmitError::EngineStopped)
+    }
+
+    fn check_alive(&self) -> Result<(), SubmitError> {
+        if self.shared.alive.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(SubmitError::EngineStopped)
+        }
+    }
+
+    /// `ExceedsKvPool` for a prompt the whole KV pool could never hold with its tokens to come.
+    fn check_fits_kv_pool(
+        &self,
+        prompt_len: usize,
+        max_new_tokens: usize,
+    ) -> Result<(), SubmitError> {
+        match self.sched.exceeds_kv_pool(prompt_len, max_new_tokens) {
+            Some(needed_tokens) => Err(SubmitError::ExceedsKvPool {
+                needed_tokens,
+                pool_tokens: self.sched.pool_tokens(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// A place in the waiting queue, or `QueueFull`.
@@ -157,18 +170,11 @@ impl EngineHandle {
     /// Queues texts for the embedding model: `EngineStopped` when the engine is gone,
     /// `QueueFull` when `max_waiting` requests of either kind are waiting.
     pub fn embed(&self, req: EmbedRequest) -> Result<(), SubmitError> {
-        if !self.shared.alive.load(Ordering::Acquire) {
-            return Err(SubmitError::EngineStopped);
-        }
+        self.check_alive()?;
         // The generation model reads each text as a prompt: it must fit the KV pool.
         if req.model == EmbeddingModel::Generation {
             for t in &req.texts {
-                if let Some(needed_tokens) = self.sched.exceeds_kv_pool(t.len(), 1) {
-                    return Err(SubmitError::ExceedsKvPool {
-                        needed_tokens,
-                        pool_tokens: self.sched.pool_tokens(),
-                    });
-                }
+                self.check_fits_kv_pool(t.len(), 1)?;
             }
         }
         let waiting = self.waiting_place()?;
