@@ -8,7 +8,7 @@ records from llama.cpp's `llama-server --embedding --pooling P` on the same file
 crates/braid-engine/tests/data/tiny-pooling-references.json.
 
 Usage: scripts/tiny-pooling-references.py [--llama-bin DIR] [--out FILE]
-(llama.cpp from ../shared/tools/build-llama.sh; the files come from the write-tiny-gguf example)
+(a llama.cpp build, run by hand, never by the tests; the files come from the write-tiny-gguf example)
 """
 
 import argparse

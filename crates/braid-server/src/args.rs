@@ -59,6 +59,7 @@ pub struct ServeArgs {
     /// states (after the output norm) pooled and normalised to unit length: `mean` over the
     /// text's tokens, the `last` token's (how decoder embedders such as Qwen3-Embedding are
     /// used) or the first token's (`cls`). Its texts are read like prompts, in the same steps.
+    /// Needs a generation model: without `--model` (with --embedding-model alone) it is refused.
     #[arg(long, value_enum, value_name = "POOLING")]
     pub pooling: Option<PoolingArg>,
 
@@ -379,6 +380,12 @@ impl ServeArgs {
         for origin in &self.cors_origins {
             check_origin(origin)?;
         }
+        if self.pooling.is_some() && self.generation_model().is_none() {
+            anyhow::bail!(
+                "--pooling makes the generation model embed, and there is none: pass --model GGUF \
+                 (--embedding-model alone serves only its own embeddings)"
+            );
+        }
         if self.max_tokens_cap == Some(0) {
             anyhow::bail!(
                 "--max-tokens-cap must be at least 1 (omit it to allow the model's whole context)"
@@ -427,6 +434,20 @@ mod tests {
     #[test]
     fn the_defaults_pass_the_check() {
         defaults().check().unwrap();
+    }
+
+    #[test]
+    fn pooling_needs_a_generation_model() {
+        let mut a = defaults();
+        a.pooling = Some(PoolingArg::Last);
+        a.check().unwrap();
+        a.model = None;
+        a.embedding_model = Some("models/all-MiniLM-L6-v2".into());
+        let err = a.check().unwrap_err().to_string();
+        assert!(
+            err.contains("--pooling") && err.contains("--model"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Ready {
         kv_events: Option<Arc<KvEventPublisher>>,
     ) -> anyhow::Result<Self> {
         let observer = MetricsObserver::new(metrics, kv_events.clone());
-        let pooling = cfg.pooling.filter(|_| model.is_some());
+        let pooling = cfg.pooling;
         let engine = spawn_engine(model.clone(), embedder.clone(), cfg, observer.clone())?;
         Ok(Self {
             model,

@@ -2,7 +2,7 @@
 # The embedding figures of docs/PERFORMANCE.md (AMD EPYC family 25 model 17, 2 cores), build
 # of 2026-12-05 (issue 29). Run from the repository root, machine otherwise idle.
 #
-# Throughput, braid against llama.cpp 11434 (native build from ../shared/tools/build-llama.sh)
+# Throughput, braid against llama.cpp 11434 (its native build, made by hand)
 # on the same weights, 2 threads each, both servers up, one measured at a time, 3 rounds:
 #   .venv/bin/python scripts/minilm-to-gguf.py --outtype f32 models/all-MiniLM-L6-v2
 #   llama-server -m models/all-MiniLM-L6-v2.f32.gguf --embedding --pooling mean -t 2 -np 4 -c 2048 --port 18120
