@@ -28,6 +28,8 @@ pub fn collect(model: &Path, threads: usize) -> Value {
             "missing": k.required_features().iter().filter(|f| !features.contains(f)).collect::<Vec<_>>(),
         })),
         "supported_kernels": Kernel::supported().iter().map(|k| k.name()).collect::<Vec<_>>(),
+        // The embedding model's matrix products (bf16 × bf16, summed in f32).
+        "bf16_products": kernels::bf16::Bf16Path::for_kernel(active).name(),
         "threads": threads,
         "model": model_summary(model),
     })
@@ -113,6 +115,10 @@ pub fn render(info: &Value) -> String {
         };
         line(format!("  {:<11} supported: {note}", s(&k["name"])));
     }
+    line(format!(
+        "embedding model products: bf16 by {}",
+        s(&info["bf16_products"])
+    ));
     line(format!("compute threads: {}", info["threads"]));
     let m = &info["model"];
     let path = s(&m["path"]);

@@ -520,7 +520,7 @@ fn exp_shifted_in_place(xs: &mut [f32], max: f32) -> f32 {
 /// in `r`, times `2^n` built from the exponent bits. Below -87 it returns ~1e-38, which is 0
 /// for a softmax.
 #[inline(always)]
-fn exp_approx(x: f32) -> f32 {
+pub fn exp_approx(x: f32) -> f32 {
     let x = x.clamp(-87.0, 0.0);
     let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
     let r = n.mul_add(-0.693_359_4, x);

@@ -28,6 +28,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod awake_threads;
+pub mod bf16;
 mod f16_lanes;
 #[cfg(test)]
 mod format_checks;

@@ -64,6 +64,7 @@ pub(crate) fn cpu_has(name: &str) -> bool {
             "avx512bw" => is_x86_feature_detected!("avx512bw"),
             "avx512vl" => is_x86_feature_detected!("avx512vl"),
             "avx512vnni" => is_x86_feature_detected!("avx512vnni"),
+            "avx512bf16" => is_x86_feature_detected!("avx512bf16"),
             "avxvnni" => is_x86_feature_detected!("avxvnni"),
             "avx2" => is_x86_feature_detected!("avx2"),
             "fma" => is_x86_feature_detected!("fma"),
@@ -92,6 +93,7 @@ pub fn cpu_features() -> Vec<&'static str> {
     let mut all: Vec<&'static str> = Kernel::ALL
         .iter()
         .flat_map(|k| k.required_features().iter().copied())
+        .chain(crate::bf16::EXTRA_FEATURES.iter().copied())
         .filter(|f| cpu_has(f))
         .collect();
     all.sort_unstable();
