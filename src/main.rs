@@ -185,15 +185,6 @@ fn stream(m: &LoadedModel, prompt: &[u32], gen: &GenArgs) -> anyhow::Result<()> 
 }
 
 fn main() {
-    // candle (the embedding model) runs its elementwise operations on a thread pool of its
-    // own, next to braid's compute threads on the same cores; its spinning workers make the
-    // embedding steps' times swing, and the decoders beside them miss the latency target
-    // (scripts/bench-embeddings.py --decoders 4 shows it; docs/PERFORMANCE.md). One candle
-    // thread leaves the cores to the compute pool, whose threads run candle's matmuls. Set
-    // before any other thread starts.
-    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
-        std::env::set_var("CANDLE_NUM_THREADS", "1");
-    }
     if let Err(e) = run() {
         eprintln!("braid: {e:#}");
         std::process::exit(1);

@@ -21,8 +21,6 @@ pub enum EmbeddingError {
          BERT models: a Transformer module of model_type bert, then Pooling, optionally Normalize)"
     )]
     Unsupported { dir: PathBuf, why: String },
-    #[error("embedding forward failed: {0}")]
-    Forward(#[from] candle_core::Error),
     #[error("tokenizing for the embedding model failed: {0}")]
     Tokenize(String),
 }

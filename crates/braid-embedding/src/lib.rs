@@ -2,9 +2,9 @@
 //!
 //! Retrieval comes before generation, so braid embeds in the same process and the same steps
 //! as it generates (the engine runs an embedding batch inside a step, sized by the same cost
-//! model). The model is a sentence-transformers directory: a BERT encoder
-//! (`candle_transformers::models::bert`) with the `tokenizers` crate's tokenizer, then the
-//! pooling and normalisation its `modules.json` lists. Those files, not braid, say how the
+//! model). The model is a sentence-transformers directory: a BERT encoder (loaded and checked
+//! by `candle_transformers::models::bert`, run by `bert_encoder.rs`) with the `tokenizers`
+//! crate's tokenizer, then the pooling and normalisation its `modules.json` lists. Those files, not braid, say how the
 //! model is used, so any directory laid out the same way gives the vectors the
 //! sentence-transformers library gives. Anything else is refused by name at start.
 //!
@@ -12,6 +12,7 @@
 //! out. Pooling is plain arithmetic over rows (`pooling.rs`), so a decoder model's hidden
 //! states can be pooled the same way.
 
+mod bert_encoder;
 mod error;
 pub mod pooling;
 mod sentence_embedder;

@@ -1,15 +1,15 @@
 //! A sentence-transformers BERT model, loaded and run: token lists in, one vector each out.
 //!
-//! A batch pads every text to its longest with an attention mask, so a text's vector does not
-//! depend on what it was batched with (up to float rounding); the engine groups texts of
-//! similar length so little of a batch is padding. The tokenizer's own truncation and padding
+//! A batch is its texts' rows stacked, with no padding (`bert_encoder.rs`), so a text's vector
+//! is the same bits whatever it was batched with. The tokenizer's own truncation and padding
 //! settings (all-MiniLM-L6-v2's `tokenizer.json` says 128 tokens, padded to 128) are turned
-//! off: sentence-transformers cuts at `max_seq_length` and pads per batch, and so does braid.
+//! off: sentence-transformers cuts at `max_seq_length`, and so does braid.
 
+use crate::bert_encoder::BertEncoder;
 use crate::error::EmbeddingError;
 use crate::pooling::normalize;
 use crate::st_layout::StLayout;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use std::path::Path;
@@ -17,7 +17,7 @@ use tokenizers::{PostProcessor, Tokenizer, TruncationDirection};
 
 pub struct SentenceEmbedder {
     layout: StLayout,
-    model: BertModel,
+    encoder: BertEncoder,
     tokenizer: Tokenizer,
     /// Tokens the post-processor adds to one text (`[CLS]`, `[SEP]`).
     added_tokens: usize,
@@ -51,9 +51,12 @@ impl SentenceEmbedder {
                 why: e.to_string(),
             }
         })?;
-        let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-        let model = BertModel::load(vb, &config)
+        // candle-transformers' loader checks every tensor's name and shape against the
+        // config; the forward braid runs then takes the same tensors.
+        let vb = VarBuilder::from_tensors(tensors.clone(), DType::F32, &Device::Cpu);
+        BertModel::load(vb, &config)
             .map_err(|e| unsupported(format!("model.safetensors is not a BERT encoder: {e}")))?;
+        let encoder = BertEncoder::new(&tensors, &config).map_err(unsupported)?;
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|e| {
             EmbeddingError::Unreadable {
                 dir: dir.to_path_buf(),
@@ -88,7 +91,7 @@ impl SentenceEmbedder {
         );
         Ok(Self {
             layout,
-            model,
+            encoder,
             tokenizer,
             added_tokens,
             id,
@@ -111,7 +114,9 @@ impl SentenceEmbedder {
 
     /// Token ids run from 0 to this, exclusive.
     pub fn vocab_size(&self) -> usize {
-        self.tokenizer.get_vocab_size(true)
+        self.tokenizer
+            .get_vocab_size(true)
+            .min(self.encoder.vocab_size())
     }
 
     pub fn layout(&self) -> &StLayout {
@@ -141,8 +146,9 @@ impl SentenceEmbedder {
         Ok(enc.get_ids().to_vec())
     }
 
-    /// One vector per token list, from one forward over them all padded to the longest.
-    /// Every list is non-empty and at most [`max_tokens`](Self::max_tokens) long.
+    /// One vector per token list, from one forward over them all. Every list is non-empty, at
+    /// most [`max_tokens`](Self::max_tokens) long, and of ids below
+    /// [`vocab_size`](Self::vocab_size).
     pub fn embed(&self, texts: &[&[u32]]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
         if texts.is_empty() {
             return Ok(Vec::new());
@@ -152,29 +158,18 @@ impl SentenceEmbedder {
             texts.iter().all(|t| !t.is_empty()) && longest <= self.layout.max_tokens,
             "embedding inputs are validated before they reach the model"
         );
-        let mut ids = vec![0u32; texts.len() * longest];
-        let mut mask = vec![0u32; texts.len() * longest];
-        for (i, t) in texts.iter().enumerate() {
-            ids[i * longest..i * longest + t.len()].copy_from_slice(t);
-            mask[i * longest..i * longest + t.len()].fill(1);
-        }
-        let shape = (texts.len(), longest);
-        let ids = Tensor::from_vec(ids, shape, &Device::Cpu)?;
-        let mask = Tensor::from_vec(mask, shape, &Device::Cpu)?;
-        let types = ids.zeros_like()?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask))?;
+        let rows = self.encoder.forward(texts);
         let dim = self.layout.dimensions;
-        let rows: Vec<f32> = hidden.flatten_all()?.to_vec1()?;
         Ok(texts
             .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let text_rows = &rows[i * longest * dim..(i * longest + t.len()) * dim];
+            .scan(0, |start, t| {
+                let text_rows = &rows[*start * dim..(*start + t.len()) * dim];
+                *start += t.len();
                 let mut v = self.layout.pooling.pool(text_rows, t.len(), dim);
                 if self.layout.normalize {
                     normalize(&mut v);
                 }
-                v
+                Some(v)
             })
             .collect())
     }

@@ -8,7 +8,8 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
 
-const HIDDEN: usize = 8;
+const HIDDEN: usize = 64;
+const FFN: usize = 128;
 const WORDS: [&str; 12] = [
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "weather", "is", "lovely", "today", ".",
     "sun",
@@ -54,13 +55,33 @@ fn tokenizer_json() -> serde_json::Value {
 
 /// Writes a 2-layer BERT of hidden size 8 with random weights and the sentence-transformers
 /// files around it.
+/// Normal values of deviation `std` (Box-Muller on a fixed LCG), the same on every run so
+/// that the agreement test's bound is met or missed by the code alone.
+fn normal(state: &mut u64, std: f32, shape: &[usize]) -> Tensor {
+    let mut uniform = || {
+        *state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*state >> 40) as f32 + 0.5) / (1u64 << 24) as f32
+    };
+    let n: usize = shape.iter().product();
+    let values: Vec<f32> = (0..n)
+        .map(|_| {
+            let (u, v) = (uniform(), uniform());
+            std * (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+        })
+        .collect();
+    Tensor::from_vec(values, shape, &Device::Cpu).unwrap()
+}
+
 fn tiny_model(dir: &Path) {
+    let mut state = 0x5eed_u64;
     write_json(
         dir,
         "config.json",
         json!({
             "architectures": ["BertModel"], "model_type": "bert", "hidden_act": "gelu",
-            "hidden_size": HIDDEN, "intermediate_size": 16, "num_attention_heads": 2,
+            "hidden_size": HIDDEN, "intermediate_size": FFN, "num_attention_heads": 4,
             "num_hidden_layers": 2, "max_position_embeddings": 32, "type_vocab_size": 2,
             "vocab_size": WORDS.len(), "layer_norm_eps": 1e-12, "pad_token_id": 0,
             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
@@ -90,7 +111,7 @@ fn tiny_model(dir: &Path) {
     let dev = Device::Cpu;
     let mut t: HashMap<String, Tensor> = HashMap::new();
     let mut rand = |name: String, shape: &[usize]| {
-        let v = Tensor::randn(0f32, 0.5, shape, &dev).unwrap();
+        let v = normal(&mut state, 0.5, shape);
         t.insert(name, v);
     };
     rand(
@@ -118,27 +139,38 @@ fn tiny_model(dir: &Path) {
     norm(&mut t, "embeddings.LayerNorm");
     for l in 0..2 {
         let p = format!("encoder.layer.{l}");
-        let linear = |t: &mut HashMap<String, Tensor>, name: String, out: usize, inp: usize| {
-            t.insert(
-                format!("{name}.weight"),
-                Tensor::randn(0f32, 0.3, (out, inp), &dev).unwrap(),
-            );
-            t.insert(
-                format!("{name}.bias"),
-                Tensor::randn(0f32, 0.1, out, &dev).unwrap(),
-            );
+        let linear = |t: &mut HashMap<String, Tensor>,
+                      state: &mut u64,
+                      name: String,
+                      out: usize,
+                      inp: usize| {
+            t.insert(format!("{name}.weight"), normal(state, 0.3, &[out, inp]));
+            t.insert(format!("{name}.bias"), normal(state, 0.1, &[out]));
         };
         for w in ["query", "key", "value"] {
-            linear(&mut t, format!("{p}.attention.self.{w}"), HIDDEN, HIDDEN);
+            linear(
+                &mut t,
+                &mut state,
+                format!("{p}.attention.self.{w}"),
+                HIDDEN,
+                HIDDEN,
+            );
         }
         linear(
             &mut t,
+            &mut state,
             format!("{p}.attention.output.dense"),
             HIDDEN,
             HIDDEN,
         );
-        linear(&mut t, format!("{p}.intermediate.dense"), 16, HIDDEN);
-        linear(&mut t, format!("{p}.output.dense"), HIDDEN, 16);
+        linear(
+            &mut t,
+            &mut state,
+            format!("{p}.intermediate.dense"),
+            FFN,
+            HIDDEN,
+        );
+        linear(&mut t, &mut state, format!("{p}.output.dense"), HIDDEN, FFN);
         norm(&mut t, &format!("{p}.attention.output.LayerNorm"));
         norm(&mut t, &format!("{p}.output.LayerNorm"));
     }
@@ -200,15 +232,55 @@ fn vectors_have_unit_length_and_do_not_depend_on_the_batch() {
         let alone = m.embed(&[t]).unwrap().remove(0);
         let norm: f32 = alone.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5, "text {i}: norm {norm}");
-        let worst = alone
-            .iter()
-            .zip(&together[i])
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(worst < 1e-5, "text {i} differs by {worst} when batched");
+        assert_eq!(alone, together[i], "text {i} differs when batched");
     }
     // Different texts, different vectors.
     assert_ne!(together[0], together[1]);
+}
+
+/// braid's forward (bf16 products, texts stacked) against candle-transformers' `BertModel`
+/// in f32 on the same weights, each text alone, pooled and normalised alike.
+#[test]
+fn vectors_agree_with_candles_bert() {
+    use candle_nn::VarBuilder;
+    use candle_transformers::models::bert::{BertModel, Config};
+    let (dir, m) = loaded();
+    let config: Config = serde_json::from_value(m.layout().bert_config.clone()).unwrap();
+    let tensors =
+        candle_core::safetensors::load(dir.path().join("model.safetensors"), &Device::Cpu).unwrap();
+    let bert = BertModel::load(
+        VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu),
+        &config,
+    )
+    .unwrap();
+    let texts: Vec<Vec<u32>> = [
+        "sun",
+        "the weather is lovely today.",
+        "the sun is lovely . sun sun the",
+    ]
+    .iter()
+    .map(|t| m.tokenize(t, Keep::First(12)).unwrap())
+    .collect();
+    let refs: Vec<&[u32]> = texts.iter().map(|t| t.as_slice()).collect();
+    let ours = m.embed(&refs).unwrap();
+    for (ids, got) in texts.iter().zip(ours) {
+        let input = Tensor::new(ids.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let hidden = bert
+            .forward(&input, &input.zeros_like().unwrap(), None)
+            .unwrap();
+        let rows: Vec<f32> = hidden.flatten_all().unwrap().to_vec1().unwrap();
+        let mut want = crate::Pooling::Mean.pool(&rows, ids.len(), HIDDEN);
+        crate::pooling::normalize(&mut want);
+        let cosine: f32 = got.iter().zip(&want).map(|(a, b)| a * b).sum();
+        assert!(
+            cosine >= 0.9999,
+            "{ids:?}: cosine {cosine} with candle's forward"
+        );
+        assert!(cosine < 1.0 + 1e-6);
+    }
 }
 
 #[test]
