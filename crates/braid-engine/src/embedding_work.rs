@@ -291,32 +291,30 @@ impl EmbeddingWork {
         }));
     }
 
-    /// Runs the step's sentence-model batches and answers every request whose last text was
-    /// among them. The batches' requests are all pending: the scheduler holds only their texts.
+    /// Runs the step's sentence-model texts and answers every request whose last text was
+    /// among them. The batch's requests are all pending: the scheduler holds only their texts.
     pub(crate) fn run(
         &mut self,
-        batches: &[EmbeddingBatch],
+        batch: Option<&EmbeddingBatch>,
         started: Instant,
         observer: &dyn EngineObserver,
     ) -> Result<(), String> {
-        if batches.is_empty() {
+        let Some(batch) = batch else {
             return Ok(());
-        }
+        };
         let embedder = self
             .embedder
             .clone()
             .ok_or("texts planned for a sentence model this engine does not have")?;
-        for batch in batches {
-            let inputs: Vec<&[u32]> = batch
-                .texts
-                .iter()
-                .map(|t| self.pending[&t.request].texts[t.index].as_slice())
-                .collect();
-            let vectors = embedder.embed(&inputs).map_err(|e| e.to_string())?;
-            for (t, v) in batch.texts.iter().zip(vectors) {
-                self.started(t.request, started);
-                self.deliver(t.request, t.index, v, observer);
-            }
+        let inputs: Vec<&[u32]> = batch
+            .texts
+            .iter()
+            .map(|t| self.pending[&t.request].texts[t.index].as_slice())
+            .collect();
+        let vectors = embedder.embed(&inputs).map_err(|e| e.to_string())?;
+        for (t, v) in batch.texts.iter().zip(vectors) {
+            self.started(t.request, started);
+            self.deliver(t.request, t.index, v, observer);
         }
         Ok(())
     }

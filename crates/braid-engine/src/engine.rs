@@ -394,11 +394,11 @@ impl Engine {
         };
         if let Some(work) = self.embeddings.as_mut() {
             // Texts the generation model read: pooled, and ended (before the commit) once read
-            // whole; then the sentence model's batches.
+            // whole; then the sentence model's texts.
             for slice in pooled {
                 work.pool(slice, started, &mut self.sched, &*self.observer);
             }
-            if let Err(e) = work.run(&plan.embeddings, started, &*self.observer) {
+            if let Err(e) = work.run(plan.embeddings.as_ref(), started, &*self.observer) {
                 return self.fail_all(&format!("embedding model error: {e}"));
             }
         }

@@ -44,7 +44,7 @@ pub struct StepFeatures {
     pub decode_seqs: usize,
     /// Sum over all rows of the context length each row attends to (itself included).
     pub attended_tokens: usize,
-    /// Tokens the embedding model runs: each batch's texts times its longest.
+    /// Tokens the embedding model reads.
     pub embed_tokens: usize,
 }
 
@@ -55,7 +55,7 @@ impl StepFeatures {
         for c in &plan.chunks {
             f.add_chunk(c.start, c.len, c.is_decode);
         }
-        f.embed_tokens = plan.embeddings.iter().map(|b| b.padded_tokens()).sum();
+        f.embed_tokens = plan.num_embed_tokens();
         f
     }
 

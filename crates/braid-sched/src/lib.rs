@@ -17,7 +17,7 @@
 //!     let t0 = Instant::now();
 //!     let logits = model.forward(&plan, |id| sched.sequence(id));        // one batch
 //!     let sampled = sample(&plan, logits);                               // (seq, token) per chunk.sample
-//!     let vectors = embedder.embed(&plan.embeddings);                    // one forward per batch
+//!     let vectors = embedder.embed(&plan.embeddings);                    // one forward, rows stacked
 //!     let finished = sched.commit(&plan, &sampled);                      // stop token, max_tokens, context end
 //!     sched.observe_step(StepFeatures::of(&plan), t0.elapsed().as_secs_f64());
 //!     for (id, tok) in sampled { send tok unless it is a stop token }

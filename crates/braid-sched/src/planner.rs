@@ -77,7 +77,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::block_allocator::BlockAllocator;
 use crate::cache_events::CacheEvent;
 use crate::cost_model::{CostModel, StepFeatures};
-use crate::embedding_queue::{EmbedRequestId, EmbedText, EmbeddingQueue};
+use crate::embedding_queue::{EmbedRequestId, EmbedText, EmbeddingBatch, EmbeddingQueue};
 use crate::prefix_cache::{BlockHasher, PrefixCacheStats};
 use crate::prompt_shares::PromptShares;
 use crate::sequence::{FinishedSeq, SeqId, SeqState, Sequence, StopConditions};
@@ -341,16 +341,16 @@ impl Scheduler {
             self.cfg.max_batched_tokens,
         );
         let cost = &self.cost;
-        let fit = |padded: usize| {
-            padded <= cap
-                && target.is_none_or(|t| cost.predict(base.with_embed_tokens(padded)) <= t)
+        let fit = |tokens: usize| {
+            tokens <= cap
+                && target.is_none_or(|t| cost.predict(base.with_embed_tokens(tokens)) <= t)
         };
         let starving = now - oldest >= self.cfg.starvation_after.as_secs_f64();
-        let batches = self
+        let batch = self
             .embeddings
             .take(fit, starving || plan.chunks.is_empty());
-        budget.features.embed_tokens += batches.iter().map(|b| b.padded_tokens()).sum::<usize>();
-        plan.embeddings = batches;
+        budget.features.embed_tokens += batch.as_ref().map_or(0, EmbeddingBatch::tokens);
+        plan.embeddings = batch;
     }
 
     /// The prompt the starvation guarantee goes to: of the prompts waiting longer than

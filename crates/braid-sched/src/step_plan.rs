@@ -59,24 +59,24 @@ pub struct StepPlan {
     /// KV blocks to copy, (source, destination), before the step runs: the prompt's last,
     /// partial block, from the choice that read the prompt to another choice of it.
     pub block_copies: Vec<BlockCopy>,
-    /// Texts for the embedding model, in batches of near-equal length.
-    pub embeddings: Vec<EmbeddingBatch>,
+    /// Texts for the embedding model, read in one forward.
+    pub embeddings: Option<EmbeddingBatch>,
 }
 
 impl StepPlan {
     /// Nothing to run.
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty() && self.embeddings.is_empty()
+        self.chunks.is_empty() && self.embeddings.is_none()
     }
 
     /// Texts this step embeds.
     pub fn num_embed_texts(&self) -> usize {
-        self.embeddings.iter().map(|b| b.texts.len()).sum()
+        self.embeddings.as_ref().map_or(0, |b| b.texts.len())
     }
 
-    /// Tokens the embedding model computes in this step, padding included.
+    /// Tokens the embedding model reads in this step.
     pub fn num_embed_tokens(&self) -> usize {
-        self.embeddings.iter().map(|b| b.padded_tokens()).sum()
+        self.embeddings.as_ref().map_or(0, EmbeddingBatch::tokens)
     }
 
     /// Rows fed in total (decodes + prompt tokens).

@@ -52,7 +52,7 @@ fn alone_they_run_in_steps_of_the_token_cap_and_all_finish() {
             p.planned_to_secs, None,
             "nobody decodes: the target does not apply"
         );
-        for b in &p.embeddings {
+        if let Some(b) = &p.embeddings {
             for t in &b.texts {
                 assert!(!seen[t.index], "text {} embedded twice", t.index);
                 seen[t.index] = true;
