@@ -150,8 +150,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 256)]
     pub max_stop_string_len: usize,
 
-    /// Wall-clock limit per request in seconds: when it passes, the answer ends with
-    /// finish_reason "length" (and a log line saying why).
+    /// Wall-clock limit per request in seconds: when it passes, a generation ends with
+    /// finish_reason "length" (and a log line saying why), and an embedding request is
+    /// answered 504 with its waiting texts dropped.
     #[arg(long, default_value_t = 600)]
     pub request_timeout_secs: u64,
 

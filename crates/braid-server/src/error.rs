@@ -130,6 +130,20 @@ impl ApiError {
         }
     }
 
+    /// A request without a partial answer (an embedding) that outlived `--request-timeout-secs`.
+    pub fn timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout_error",
+            format!(
+                "the request took longer than --request-timeout-secs ({} s) and was dropped; \
+                 send fewer or shorter inputs per request, or raise the limit",
+                limit.as_secs()
+            ),
+        )
+        .with_code("request_timeout")
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
             .with_code("engine_failed")

@@ -287,6 +287,7 @@ fn completions() {}
     responses(
         (status = 200, description = "The vectors, in input order", body = EmbeddingResponse),
         (status = 429, description = "Queue full; retry after Retry-After seconds", body = ErrorBody),
+        (status = 504, description = "Not answered within --request-timeout-secs; the request's waiting texts were dropped", body = ErrorBody),
         JsonPostErrors,
     ),
     security((), ("bearer" = []))

@@ -80,8 +80,15 @@ pub async fn embeddings(
         answer,
         span: span.clone(),
     })?;
-    let embedded = answered
+    // Past the deadline the answer's receiver is dropped, which tells the engine to forget
+    // the request's texts still waiting.
+    let deadline = tokio::time::Instant::from_std(arrival + state.request_timeout);
+    let embedded = tokio::time::timeout_at(deadline, answered)
         .await
+        .map_err(|_| {
+            tracing::info!(parent: &span, texts, "embedding request reached its deadline");
+            ApiError::timeout(state.request_timeout)
+        })?
         .map_err(|_| ApiError::internal("the inference engine stopped".to_string()))?
         .map_err(|e| ApiError::internal(format!("embedding failed: {e}")))?;
     tracing::info!(
