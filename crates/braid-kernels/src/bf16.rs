@@ -408,12 +408,16 @@ mod tests {
     }
 
     fn paths() -> Vec<Bf16Path> {
-        let mut paths: Vec<Bf16Path> = Kernel::supported().into_iter().map(Bf16Path::Fma).collect();
         #[cfg(target_arch = "x86_64")]
-        if crate::cpu_has("avx512f") && crate::cpu_has("avx512bf16") {
-            paths.push(Bf16Path::Avx512Bf16);
-        }
-        paths
+        let native = (crate::cpu_has("avx512f") && crate::cpu_has("avx512bf16"))
+            .then_some(Bf16Path::Avx512Bf16);
+        #[cfg(not(target_arch = "x86_64"))]
+        let native = None;
+        Kernel::supported()
+            .into_iter()
+            .map(Bf16Path::Fma)
+            .chain(native)
+            .collect()
     }
 
     #[test]
