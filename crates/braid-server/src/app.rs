@@ -15,12 +15,12 @@ use crate::error::{ApiError, ErrorMessage};
 use crate::openapi::openapi_json;
 use crate::request_origin::{request_id, REQUEST_ID};
 use crate::routes::{
-    chat, completions, dashboard, embeddings, fallback, health, metrics_route, models, render,
-    tokenize, tokenizer_info, worker,
+    chat, completions, dashboard, embeddings, fallback, health, messages, metrics_route, models,
+    render, tokenize, tokenizer_info, worker,
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderValue, Method};
+use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -37,6 +37,8 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/completions/render", post(render::render_completion))
         .route("/v1/chat/completions/render", post(render::render_chat))
         .route("/v1/models", get(models::list_models))
@@ -105,7 +107,13 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("x-api-key"),
+                HeaderName::from_static("anthropic-version"),
+                HeaderName::from_static("anthropic-beta"),
+            ])
             .expose_headers([header::RETRY_AFTER])
             .max_age(Duration::from_secs(600)),
     )
@@ -161,7 +169,24 @@ async fn errors(State(state): State<AppState>, req: Request, next: Next) -> Resp
         .with_label_values(&[status.as_str()])
         .inc();
     tracing::info!(%method, path, status = status.as_u16(), error = %message, "request rejected");
+    if path.starts_with("/v1/messages") {
+        return anthropic_error(resp, message);
+    }
     resp
+}
+
+/// An error of the Messages routes in Anthropic's shape (the `anthropic` SDK reads its
+/// `error.type`), its headers (`Retry-After`, `WWW-Authenticate`) kept.
+fn anthropic_error(resp: Response, message: String) -> Response {
+    let (mut parts, _) = resp.into_parts();
+    let body = crate::anthropic_types::ErrorBody::of_status(parts.status.as_u16(), message);
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! API keys: who may call the server.
 //!
-//! With `--api-key` (or `BRAID_API_KEY`), every route needs `Authorization: Bearer KEY`
-//! except the few that are open on purpose: `/health` (probes), `/get_load` (vllm-router polls
+//! With `--api-key` (or `BRAID_API_KEY`), every route needs `Authorization: Bearer KEY` (or
+//! `x-api-key: KEY`, as Anthropic's clients send it) except the few that are open on purpose: `/health` (probes), `/get_load` (vllm-router polls
 //! it without a key, and it holds two counts that /metrics also shows), `/metrics` (scrapers; closed
 //! too with `--protect-metrics`), `/dashboard` (a static page that holds no data) and
 //! `/openapi.json` (the public contract). The allowlist is of open routes, so a route added
@@ -139,7 +139,11 @@ enum Presented<'a> {
 
 fn presented_header(headers: &HeaderMap) -> Presented<'_> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Presented::Nothing;
+        return match headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii()) {
+            Some([]) => Presented::Malformed,
+            Some(key) => Presented::Key(key),
+            None => Presented::Nothing,
+        };
     };
     let bytes = value.as_bytes();
     match bytes.iter().position(|&b| b == b' ') {
@@ -183,11 +187,11 @@ pub async fn require_key(
     let verdict = match (presented_header(req.headers()), &from_query) {
         (Presented::Key(k), _) => Ok(auth.accepts(k)),
         (Presented::Malformed, _) => Err(
-            "the Authorization header must be `Bearer YOUR_KEY`",
+            "the Authorization header must be `Bearer YOUR_KEY` (or send `x-api-key: YOUR_KEY`)",
         ),
         (Presented::Nothing, Some(k)) => Ok(auth.accepts(k.as_bytes())),
         (Presented::Nothing, None) => Err(
-            "this server needs an API key: send it in an Authorization header using Bearer auth (`Authorization: Bearer YOUR_KEY`)",
+            "this server needs an API key: send it in an Authorization header using Bearer auth (`Authorization: Bearer YOUR_KEY`) or as `x-api-key: YOUR_KEY`",
         ),
     };
     let message = match verdict {
@@ -306,6 +310,13 @@ mod tests {
         assert_eq!(key(&h("Basic abc")), None);
         assert_eq!(key(&h("Bearer ")), None);
         assert_eq!(key(&h("abc")), None);
+        let x = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert("x-api-key", HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert_eq!(key(&x("abc")).as_deref(), Some("abc"));
+        assert!(matches!(presented_header(&x(" ")), Presented::Malformed));
         assert!(matches!(
             presented_header(&HeaderMap::new()),
             Presented::Nothing

@@ -45,6 +45,8 @@ pub struct Chunk {
     pub prompt_scored: Vec<Sampled>,
     pub token: Option<Sampled>,
     pub finish: Option<FinishReason>,
+    /// On the last chunk of a text a stop string ended: that string.
+    pub stop_string: Option<String>,
 }
 
 /// A finished non-streaming generation.
@@ -54,6 +56,8 @@ pub struct Collected {
     pub prompt_scored: Vec<Sampled>,
     pub tokens: Vec<Sampled>,
     pub finish: FinishReason,
+    /// The stop string that ended the text, if one did.
+    pub stop_string: Option<String>,
     pub usage: Usage,
 }
 
@@ -236,6 +240,7 @@ impl Generation {
                     prompt_scored,
                     tokens,
                     finish,
+                    stop_string: chunk.stop_string,
                     usage: self.usage(),
                 });
             }
@@ -258,11 +263,16 @@ impl Generation {
             }
             None => text,
         };
+        let stop_string = finish
+            .is_some()
+            .then(|| self.stops.matched().map(str::to_string))
+            .flatten();
         Chunk {
             text,
             prompt_scored: std::mem::take(&mut self.prompt_scored),
             token,
             finish,
+            stop_string,
         }
     }
 

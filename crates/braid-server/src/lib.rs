@@ -5,6 +5,7 @@
 //! `generation` (engine events → text, stop strings, deadline) → JSON or `sse`. The engine's
 //! reports become metrics and the dashboard's feed in `engine_observer`.
 
+pub mod anthropic_types;
 pub mod app;
 pub mod args;
 pub mod auth;

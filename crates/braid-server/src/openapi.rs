@@ -5,6 +5,9 @@
 //! stays plain axum. A test checks that every documented path is a route of the router.
 //! The dashboard and its event feed are left out: they are a view, not the API.
 
+use crate::anthropic_types::{
+    CountTokensRequest, ErrorBody as AnthropicErrorBody, MessageOut, MessagesRequest, TokenCount,
+};
 use crate::error::ErrorBody;
 use crate::field_bounds::{CHAT_ONLY_FIELDS, COMPLETION_ONLY_FIELDS, SAMPLING_FIELDS};
 use crate::openai_types::{
@@ -34,6 +37,8 @@ use utoipa::{Modify, OpenApi};
     paths(
         completions,
         chat_completions,
+        messages,
+        count_tokens,
         embeddings,
         render_completion,
         render_chat,
@@ -277,6 +282,41 @@ enum JsonPostErrors {
 )]
 #[allow(dead_code)]
 fn completions() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/messages",
+    tag = "anthropic",
+    description = "Anthropic's Messages API, run as the chat request it translates to (docs/API.md). Errors on this route are Anthropic's `{\"type\": \"error\", \"error\": {type, message}}`; `x-api-key: KEY` works as the key.",
+    request_body = MessagesRequest,
+    responses(
+        (status = 200, description = "The message; with `stream: true`, Anthropic's named server-sent events (message_start, content_block_start/delta/stop, message_delta, message_stop).",
+            content(
+                (MessageOut = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        (status = 429, description = "Queue full; retry after Retry-After seconds", body = AnthropicErrorBody),
+        (status = 400, description = "A bad request, or a field braid cannot honour, named", body = AnthropicErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn messages() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/messages/count_tokens",
+    tag = "anthropic",
+    description = "The tokens of the prompt a message with the same model, system, messages, tools and tool_choice reads.",
+    request_body = CountTokensRequest,
+    responses(
+        (status = 200, description = "`{\"input_tokens\": N}`", body = TokenCount),
+        (status = 400, description = "A bad request, or a field braid cannot honour, named", body = AnthropicErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn count_tokens() {}
 
 #[utoipa::path(
     post,

@@ -4,7 +4,9 @@
 //! with several choices (`n`, a prompt array) interleaves their chunks as they come; an engine
 //! failure in any of them ends the whole stream, and the rest are cancelled.
 //!
-//! The endpoints differ only in the JSON of each event, which `StreamFormat` supplies.
+//! The endpoints differ only in the JSON of each event, which `StreamFormat` supplies, and
+//! Anthropic's Messages stream in its framing too: named events, several per chunk, its own
+//! error event, and no `[DONE]`.
 
 use crate::error::ApiError;
 use crate::generation::{Chunk, Generation};
@@ -30,6 +32,16 @@ pub trait StreamFormat: Send + 'static {
     fn chunk(&mut self, index: usize, chunk: Chunk) -> Option<Self::Json>;
     /// The final usage-only chunk (empty `choices`).
     fn usage(&mut self, usage: Usage) -> Self::Json;
+    /// The SSE events of one item: one `data:` event of its JSON.
+    fn events(item: &Self::Json) -> Vec<Event> {
+        vec![json_event(item)]
+    }
+    /// The event for an engine failure mid-stream.
+    fn error_event(error: &ApiError) -> Event {
+        json_event(&error.body())
+    }
+    /// Whether `data: [DONE]` ends the stream (OpenAI's streams).
+    const DONE: bool = true;
 }
 
 enum Phase {
@@ -54,9 +66,11 @@ struct StreamState<F> {
     phase: Phase,
     include_usage: bool,
     metrics: Arc<Metrics>,
+    /// Events of an item not sent yet (a format may make several of one item).
+    pending: std::collections::VecDeque<Event>,
 }
 
-fn json_event(value: &impl Serialize) -> Event {
+pub(crate) fn json_event(value: &impl Serialize) -> Event {
     Event::default().json_data(value).unwrap_or_else(|e| {
         Event::default().data(format!(
             "{{\"error\":{{\"message\":\"serialization failed: {e}\"}}}}"
@@ -105,14 +119,18 @@ pub fn sse_response<F: StreamFormat>(
         phase: Phase::Opening,
         include_usage,
         metrics,
+        pending: Default::default(),
     };
     let stream = futures::stream::unfold(state, |mut s| async move {
         let event = loop {
+            if let Some(event) = s.pending.pop_front() {
+                break event;
+            }
             match s.phase {
                 Phase::Opening => {
                     s.phase = Phase::Tokens;
                     if let Some(json) = s.format.opening(s.num_choices) {
-                        break json_event(&json);
+                        s.pending.extend(F::events(&json));
                     }
                 }
                 Phase::Tokens => match s.choices.next().await {
@@ -128,7 +146,7 @@ pub fn sse_response<F: StreamFormat>(
                             }
                         }
                         if let Some(json) = s.format.chunk(index, chunk) {
-                            break json_event(&json);
+                            s.pending.extend(F::events(&json));
                         }
                     }
                     Some((_, Err(message))) => {
@@ -137,20 +155,23 @@ pub fn sse_response<F: StreamFormat>(
                             .with_label_values(&["500"])
                             .inc();
                         s.phase = Phase::Done;
-                        break json_event(
-                            &ApiError::internal(format!("generation failed: {message}")).body(),
-                        );
+                        break F::error_event(&ApiError::internal(format!(
+                            "generation failed: {message}"
+                        )));
                     }
                     None => s.phase = Phase::Done,
                 },
                 Phase::Usage => {
                     s.phase = Phase::Done;
                     let usage = Usage::of_choices(s.ended.iter().flatten().cloned(), s.n);
-                    break json_event(&s.format.usage(usage));
+                    let json = s.format.usage(usage);
+                    s.pending.extend(F::events(&json));
                 }
                 Phase::Done => {
                     s.phase = Phase::End;
-                    break Event::default().data("[DONE]");
+                    if F::DONE {
+                        break Event::default().data("[DONE]");
+                    }
                 }
                 Phase::End => return None,
             }

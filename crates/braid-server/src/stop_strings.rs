@@ -21,6 +21,8 @@ pub struct StopMatcher {
     keep_stop: bool,
     held: String,
     stopped: bool,
+    /// The stop string that ended the text, once one has.
+    matched: Option<String>,
 }
 
 impl StopMatcher {
@@ -32,6 +34,7 @@ impl StopMatcher {
             keep_stop,
             held: String::new(),
             stopped: false,
+            matched: None,
         }
     }
 
@@ -58,6 +61,7 @@ impl StopMatcher {
             .min();
         if let Some((at, len)) = first {
             self.stopped = true;
+            self.matched = Some(self.held[at..at + len].to_string());
             let mut before = std::mem::take(&mut self.held);
             before.truncate(if self.keep_stop { at + len } else { at });
             return StopOutcome::Stopped(before);
@@ -66,6 +70,11 @@ impl StopMatcher {
         let cut = self.held.len() - keep;
         let rest = self.held.split_off(cut);
         StopOutcome::Continue(std::mem::replace(&mut self.held, rest))
+    }
+
+    /// The stop string that ended the text (Anthropic's `stop_sequence`), if one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// The generation ended for another reason: whatever was held is ordinary text.
@@ -113,6 +122,15 @@ mod tests {
         }
         out.push_str(&m.finish());
         (out, false)
+    }
+
+    #[test]
+    fn the_matched_stop_string_is_kept() {
+        let mut m = StopMatcher::new(vec!["END".into(), "\n\n".into()], false);
+        assert!(matches!(m.push("a\n"), StopOutcome::Continue(t) if t == "a"));
+        assert_eq!(m.matched(), None);
+        assert!(matches!(m.push("\nb"), StopOutcome::Stopped(t) if t.is_empty()));
+        assert_eq!(m.matched(), Some("\n\n"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod dashboard;
 pub mod embeddings;
 pub mod fallback;
 pub mod health;
+pub mod messages;
 pub mod metrics_route;
 pub mod models;
 pub mod render;
