@@ -30,6 +30,8 @@ pub struct ChatMessage {
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
     source: String,
+    /// The variables the template reads that it does not set itself.
+    reads: std::collections::HashSet<String>,
     bos_token: String,
     eos_token: String,
 }
@@ -53,9 +55,17 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TextError::Template(e.to_string()))?;
+        let globals: Vec<String> = env.globals().map(|(name, _)| name.to_string()).collect();
+        let mut reads = env
+            .get_template("chat")
+            .map_err(|e| TextError::Template(e.to_string()))?
+            .undeclared_variables(false);
+        // Functions the environment provides (`raise_exception`, `namespace`) are not settable.
+        reads.retain(|name| !globals.contains(name));
         Ok(Self {
             env,
             source: source.to_string(),
+            reads,
             bos_token,
             eos_token,
         })
@@ -95,29 +105,56 @@ impl ChatTemplate {
         self.source.contains("tools")
     }
 
+    /// Whether the template reads variable `name` without setting it (as Qwen3's reads
+    /// `enable_thinking`): what a request's `chat_template_kwargs` may set.
+    pub fn reads(&self, name: &str) -> bool {
+        self.reads.contains(name) && !RENDER_VARIABLES.contains(&name)
+    }
+
+    /// The variables a request may set ([`reads`](Self::reads)), unordered.
+    pub fn variables(&self) -> impl Iterator<Item = &str> {
+        self.reads
+            .iter()
+            .map(String::as_str)
+            .filter(|v| !RENDER_VARIABLES.contains(v))
+    }
+
     /// Renders the conversation; `tools` (OpenAI's `{"type": "function", "function": ...}`
     /// objects) is passed as Hugging Face passes it, for templates that [know
-    /// tools](Self::knows_tools).
+    /// tools](Self::knows_tools). `extra` holds more variables (a request's
+    /// `chat_template_kwargs`), each one the template [reads](Self::reads).
     pub fn render(
         &self,
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
+        extra: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String> {
         let tmpl = self
             .env
             .get_template("chat")
             .map_err(|e| TextError::Template(e.to_string()))?;
-        tmpl.render(minijinja::context! {
+        let base = minijinja::context! {
             messages => messages,
             tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
-        })
-        .map_err(|e| TextError::Template(e.to_string()))
+        };
+        let extra = minijinja::Value::from_serialize(extra);
+        tmpl.render(minijinja::context! { ..base, ..extra })
+            .map_err(|e| TextError::Template(e.to_string()))
     }
 }
+
+/// The variables braid itself sets when it renders, which no request may set.
+const RENDER_VARIABLES: &[&str] = &[
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
 
 /// `tojson` as Hugging Face's template environment defines it (`json.dumps` with
 /// `ensure_ascii=False`): `", "` and `": "` between items, no HTML escaping, `indent` for
@@ -167,10 +204,13 @@ mod tests {
     fn a_template_renders_the_turns_and_the_special_tokens() {
         let source = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<model>{% endif %}";
         let t = ChatTemplate::new(source, "<s>".into(), "</s>".into()).unwrap();
-        let got = t.render(&[message("user", " hi ")], None, true).unwrap();
+        let got = t
+            .render(&[message("user", " hi ")], None, true, &Default::default())
+            .unwrap();
         assert_eq!(got, "<s><user>hi</s><model>");
         assert_eq!(
-            t.render(&[message("user", "hi")], None, false).unwrap(),
+            t.render(&[message("user", "hi")], None, false, &Default::default())
+                .unwrap(),
             "<s><user>hi</s>"
         );
     }
@@ -188,7 +228,12 @@ mod tests {
         let mut result = message("tool", "4");
         result.tool_call_id = Some("c1".into());
         let got = t
-            .render(&[message("user", "2+2"), call, result], Some(&tools), false)
+            .render(
+                &[message("user", "2+2"), call, result],
+                Some(&tools),
+                false,
+                &Default::default(),
+            )
             .unwrap();
         assert_eq!(got, "[add]user:2+2;assistant:add(2);tool:4#c1;");
         let plain = ChatTemplate::new("{{ messages[0].content }}", String::new(), String::new());
@@ -204,7 +249,7 @@ mod tests {
             serde_json::json!({"z": "<é>", "b": [1, 2], "a": {"k": null}}),
         ]);
         assert_eq!(
-            t.render(&[m], None, false).unwrap(),
+            t.render(&[m], None, false, &Default::default()).unwrap(),
             "{\"z\": \"<é>\", \"b\": [1, 2], \"a\": {\"k\": null}}|[\n  1,\n  2\n]"
         );
     }
@@ -230,5 +275,33 @@ mod tests {
         assert!(ChatTemplate::read_file(&good)
             .unwrap()
             .starts_with("{% for"));
+    }
+
+    #[test]
+    fn a_template_s_own_variables_can_be_set() {
+        let qwen3 = ChatTemplate::new(
+            include_str!("../tests/data/templates/Qwen-Qwen3-0.6B.jinja"),
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        assert!(qwen3.reads("enable_thinking"));
+        assert!(!qwen3.reads("reasoning_effort"));
+        assert!(
+            !qwen3.reads("messages"),
+            "braid's own variables are not the request's"
+        );
+        assert!(!qwen3.reads("namespace") && !qwen3.reads("raise_exception"));
+        assert_eq!(qwen3.variables().collect::<Vec<_>>(), ["enable_thinking"]);
+        let hi = [message("user", "hi")];
+        let default = qwen3.render(&hi, None, true, &Default::default()).unwrap();
+        assert!(default.ends_with("<|im_start|>assistant\n"), "{default}");
+        let mut off = serde_json::Map::new();
+        off.insert("enable_thinking".into(), serde_json::json!(false));
+        let off = qwen3.render(&hi, None, true, &off).unwrap();
+        assert!(
+            off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            "{off}"
+        );
     }
 }

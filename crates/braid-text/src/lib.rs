@@ -12,6 +12,7 @@ pub mod constraint;
 mod error;
 pub mod gbnf;
 pub mod python_json;
+pub mod reasoning;
 #[cfg(any(test, feature = "test-util"))]
 pub mod tiny_vocab;
 pub mod tokenizer;

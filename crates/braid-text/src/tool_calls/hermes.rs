@@ -287,7 +287,7 @@ impl CallParser {
 }
 
 /// Length of the longest end of `text` that `tag` starts with (a tag possibly cut in two).
-fn partial_suffix(text: &str, tag: &str) -> usize {
+pub(crate) fn partial_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len().min(text.len() + 1))
         .rev()
         .find(|&n| {
