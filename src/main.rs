@@ -264,9 +264,12 @@ fn run() -> anyhow::Result<()> {
                 content: message,
                 ..ChatMessage::default()
             });
-            let ids = m
-                .tokenizer
-                .encode_prompt(&template.render(&messages, None, true)?)?;
+            let ids = m.tokenizer.encode_prompt(&template.render(
+                &messages,
+                None,
+                true,
+                &Default::default(),
+            )?)?;
             stream(&m, &ids, &gen)?;
         }
         // The server sets up the compute pool itself (`braid_server::start`).

@@ -28,12 +28,13 @@ def refusal(call) -> dict:
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"prediction": {"type": "content", "content": "Paris"}}, "prediction"),
         ({"web_search_options": {}}, "web_search_options"),
+        # The default model's template reads neither (test_reasoning.py: one that does).
         ({"reasoning_effort": "high"}, "reasoning_effort"),
         ({"best_answer_please": True}, "best_answer_please"),
         # Fields behind other servers' advisories (docs/RELIABILITY.md): a template from the
-        # request, its arguments, and llama.cpp's `n_discard`.
+        # request, arguments the template does not read, and llama.cpp's `n_discard`.
         ({"chat_template": "{{ messages }}"}, "chat_template"),
-        ({"chat_template_kwargs": {"enable_thinking": True}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"enable_thinking": True}}, "chat_template_kwargs.enable_thinking"),
         ({"n_discard": -5}, "n_discard"),
     ],
 )

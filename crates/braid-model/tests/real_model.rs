@@ -58,7 +58,7 @@ fn chat_template_matches_reference_byte_for_byte() {
             .chat_template
             .as_ref()
             .expect("SmolLM2's GGUF has a chat template")
-            .render(&messages, None, true)
+            .render(&messages, None, true, &Default::default())
             .unwrap();
         assert_eq!(got, case["prompt"].as_str().unwrap());
     }

@@ -133,6 +133,11 @@ pub struct MessageOut {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
+    /// A reasoning model's reasoning (braid signs nothing: `signature` is empty).
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     Text {
         text: String,
     },
@@ -196,6 +201,7 @@ impl StreamEvent {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BlockDelta {
+    ThinkingDelta { thinking: String },
     TextDelta { text: String },
     InputJsonDelta { partial_json: String },
 }

@@ -32,6 +32,18 @@ impl From<PoolingArg> for braid_engine::Pooling {
     }
 }
 
+/// Where a chat answer's reasoning is found (`--reasoning-parser`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningParser {
+    /// From the chat template: `<think>` tags where it writes them (Qwen3, QwQ, DeepSeek-R1
+    /// distills, SmolLM3).
+    Auto,
+    /// Between `<think>` and `</think>`, whatever the template.
+    Think,
+    /// Nowhere: the answer is all reply.
+    None,
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
     /// Address to listen on (0.0.0.0 to accept connections from other machines).
@@ -177,6 +189,12 @@ pub struct ServeArgs {
     /// it is, and only the chat template's own markup is special.
     #[arg(long)]
     pub special_in_messages: bool,
+
+    /// Where a chat answer's reasoning is: `auto` reads the chat template (`<think>` tags
+    /// where it writes them), `think` always looks for `<think>`…`</think>`, `none` never.
+    /// Reasoning goes to `reasoning_content` in chat and to thinking blocks in messages.
+    #[arg(long, value_enum, default_value_t = ReasoningParser::Auto)]
+    pub reasoning_parser: ReasoningParser,
 
     /// Most open connections from one client address (off unless given): one client cannot
     /// take every place of --max-connections. Past it, 503 `too_many_connections`.

@@ -242,6 +242,12 @@ pub enum ValidationError {
     },
     #[error("`{param}` {reason}")]
     InvalidTool { param: String, reason: String },
+    #[error("`{param}` cannot reach the chat template, which does not read `{name}`; the variables it reads are: {reads}")]
+    TemplateVariable {
+        param: String,
+        name: String,
+        reads: String,
+    },
     #[error("`messages[{index}]` {reason}")]
     InvalidMessage { index: usize, reason: String },
     #[error("`messages` cannot be rendered with the model's chat template: {0}")]
@@ -322,7 +328,8 @@ impl ValidationError {
             | ValidationError::Tokenize(_) => Some("prompt"),
             ValidationError::TooMany { field, .. } => Some(field),
             ValidationError::StopTooLong { .. } => Some("stop"),
-            ValidationError::InvalidTool { param, .. } => Some(param),
+            ValidationError::InvalidTool { param, .. }
+            | ValidationError::TemplateVariable { param, .. } => Some(param),
             ValidationError::InvalidMessage { .. }
             | ValidationError::Template(_)
             | ValidationError::NoChatTemplate => Some("messages"),
@@ -339,6 +346,7 @@ impl ValidationError {
             ValidationError::PromptTooLong { .. } => Some("prompt_too_long"),
             ValidationError::RequestTooLarge { .. } => Some("too_many_request_tokens"),
             ValidationError::NoChatTemplate => Some("no_chat_template"),
+            ValidationError::TemplateVariable { .. } => Some("unsupported_parameter"),
             _ => None,
         }
     }

@@ -131,6 +131,7 @@ fn fake_server_with_pool(
         max_prompt_tokens: 512,
         max_request_tokens: 100_000,
         special_in_messages: false,
+        reasoning_parser: crate::args::ReasoningParser::Auto,
     };
     state.set_ready(Ready {
         model: Some(m),
@@ -180,6 +181,7 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         n: 1,
         constraint: None,
         tools: None,
+        reasoning: None,
     }
 }
 

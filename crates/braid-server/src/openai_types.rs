@@ -276,6 +276,13 @@ with_sampling_fields!(request_with_sampling! {
         /// vLLM: the last message is the assistant's and the answer continues it; the prompt
         /// ends where its content does (default false; not with `add_generation_prompt`).
         pub continue_final_message: Option<bool>,
+        /// Variables for the chat template (Qwen3's `enable_thinking`): each one the template
+        /// reads, or a 400 naming it.
+        #[schema(value_type = Option<Object>)]
+        pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+        /// Passed to the chat template as `reasoning_effort` where it reads that variable
+        /// (gpt-oss's); otherwise a 400.
+        pub reasoning_effort: Option<String>,
     }
 });
 
@@ -392,6 +399,9 @@ pub struct ChatMessageOut {
     pub role: &'static str,
     /// Null when the answer is only tool calls.
     pub content: Option<String>,
+    /// The reasoning before the reply, for models that reason (vLLM's field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallOut>,
 }
@@ -447,6 +457,8 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallDelta>,
 }

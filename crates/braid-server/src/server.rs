@@ -310,6 +310,7 @@ async fn lifecycle(
         max_prompt_tokens: args.max_prompt_tokens.unwrap_or(context).min(context),
         max_request_tokens: args.max_request_tokens,
         special_in_messages: args.special_in_messages,
+        reasoning_parser: args.reasoning_parser,
     };
     let ready = Ready::start(
         model,

@@ -26,11 +26,13 @@ pub use limits::{Limits, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_TOKEN_IDS};
 pub use messages::{chat_prompt, ChatEnd};
 pub use prompt::{encode, known_token_ids};
 
+use crate::args::ReasoningParser;
 use crate::error::ValidationError;
 use crate::field_bounds::{LOGPROBS, MAX_CHOICES, PROMPT_LOGPROBS, TOP_LOGPROBS};
 use crate::openai_types::{ChatCompletionRequest, CompletionRequest, SamplingFields};
 use crate::tools::{tool_calling, CallReading, ToolCalling};
 use braid_model::{LoadedModel, SamplingParams};
+use braid_text::reasoning::ReasoningSyntax;
 use braid_text::TokenConstraint;
 use constraint::constraint;
 use messages::chat_template;
@@ -72,6 +74,9 @@ pub struct ValidatedRequest {
     pub constraint: Option<TokenConstraint>,
     /// Chat with tools: how each choice's answer is read for calls.
     pub tools: Option<CallReading>,
+    /// Chat with a model that reasons: where its reasoning is, and whether the prompt left
+    /// it open (the answer starts inside it).
+    pub reasoning: Option<(ReasoningSyntax, bool)>,
 }
 
 impl ValidatedRequest {
@@ -204,7 +209,19 @@ pub fn chat(
         .ok_or(ValidationError::Missing { field: "messages" })?;
     let rendered = tools.as_ref().map(|t| t.rendered.as_slice());
     let end = ChatEnd::of(req.add_generation_prompt, req.continue_final_message)?;
-    let prompt = chat_prompt(messages, rendered, end, model, limits.special_in_messages)?;
+    let variables = messages::template_variables(
+        req.chat_template_kwargs.as_ref(),
+        req.reasoning_effort.as_deref(),
+        model,
+    )?;
+    let prompt = chat_prompt(
+        messages,
+        rendered,
+        end,
+        model,
+        limits.special_in_messages,
+        &variables,
+    )?;
     prompt_length("messages", prompt.len(), limits)?;
     let (field, requested) = match req.max_completion_tokens {
         Some(n) => ("max_completion_tokens", Some(n)),
@@ -214,7 +231,30 @@ pub fn chat(
     within_budget("messages", prompt.len(), max_tokens, n, n, limits)?;
     let mut valid = decoding.request(prompt, max_tokens, None, n);
     valid.tools = tools.map(|t| t.reading);
+    valid.reasoning = reasoning(&valid, model, limits);
     Ok(valid)
+}
+
+/// Where a chat answer's reasoning is (`--reasoning-parser`, by default the template's), and
+/// whether the prompt left it open. An answer held to a grammar (a structured output, a
+/// forced call) is all reply: the grammar leaves the model no room to reason first.
+fn reasoning(
+    valid: &ValidatedRequest,
+    model: &LoadedModel,
+    limits: &Limits,
+) -> Option<(ReasoningSyntax, bool)> {
+    let syntax = match limits.reasoning_parser {
+        ReasoningParser::None => return None,
+        ReasoningParser::Think => braid_text::reasoning::THINK,
+        ReasoningParser::Auto => {
+            ReasoningSyntax::of_template(model.chat_template.as_ref()?.source())?
+        }
+    };
+    // The prompt's last few tokens hold any tag the template ended it with.
+    let tail = &valid.prompt[valid.prompt.len().saturating_sub(16)..];
+    let inside = valid.constraint.is_none()
+        && syntax.prompt_opens_reasoning(&model.tokenizer.decode(tail, false));
+    Some((syntax, inside))
 }
 
 /// What both endpoints check the same way, from the fields they share.
@@ -287,6 +327,7 @@ impl Decoding {
             n,
             constraint: self.constraint,
             tools: None,
+            reasoning: None,
         }
     }
 }

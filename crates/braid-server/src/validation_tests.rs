@@ -27,6 +27,7 @@ fn limits() -> Limits {
         max_prompt_tokens: 512,
         max_request_tokens: 100_000,
         special_in_messages: false,
+        reasoning_parser: crate::args::ReasoningParser::Auto,
     }
 }
 
@@ -439,7 +440,15 @@ fn a_model_without_a_chat_template_refuses_chat_but_completes_prompts() {
     let msgs: [ChatMessageIn; 1] =
         [serde_json::from_value(serde_json::json!({"role": "user", "content": "hi"})).unwrap()];
     assert_eq!(
-        chat_prompt(&msgs, None, ChatEnd::NewTurn, &m, false).unwrap_err(),
+        chat_prompt(
+            &msgs,
+            None,
+            ChatEnd::NewTurn,
+            &m,
+            false,
+            &Default::default()
+        )
+        .unwrap_err(),
         ValidationError::NoChatTemplate
     );
     let req: CompletionRequest =
@@ -620,7 +629,15 @@ fn tools_are_offered_in_the_prompt_and_required_calls_are_a_grammar() {
     let msgs: [ChatMessageIn; 1] =
         [serde_json::from_value(serde_json::json!({"role": "user", "content": "hi"})).unwrap()];
     let tools = [weather_tool()];
-    let hermes = chat_prompt(&msgs, Some(&tools), ChatEnd::NewTurn, model(), false).unwrap();
+    let hermes = chat_prompt(
+        &msgs,
+        Some(&tools),
+        ChatEnd::NewTurn,
+        model(),
+        false,
+        &Default::default(),
+    )
+    .unwrap();
     let text = model().tokenizer.decode(&hermes, false);
     assert!(
         text.contains("<tools>") && text.contains("\"name\": \"get_weather\""),

@@ -83,6 +83,7 @@ fn limits() -> Limits {
         max_prompt_tokens: 200,
         max_request_tokens: 100_000,
         special_in_messages: false,
+        reasoning_parser: braid_server::args::ReasoningParser::Auto,
     }
 }
 

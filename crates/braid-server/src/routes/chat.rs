@@ -1,7 +1,9 @@
 //! POST /v1/chat/completions: messages rendered with the model's chat template, the answer
 //! as an assistant message (or, streaming, deltas whose first one carries the role). With
 //! tools, the answer is read for calls: each call goes to the client whole, as one delta
-//! when streaming, and an answer that made calls finishes with `tool_calls`.
+//! when streaming, and an answer that made calls finishes with `tool_calls`. A model that
+//! reasons has its reasoning split off into `reasoning_content` (vLLM's field) first; only the
+//! reply is read for calls.
 
 use crate::generation::Chunk;
 use crate::json_body::ApiJson;
@@ -22,6 +24,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use braid_engine::FinishReason;
 use braid_model::LoadedModel;
+use braid_text::reasoning::{split_answer, Part, ReasoningSplitter, ReasoningSyntax};
 use braid_text::tool_calls::hermes::{parse_answer, CallParser, ParsedCall, Piece};
 use std::sync::Arc;
 
@@ -41,6 +44,8 @@ pub async fn chat_completions(
         include_usage: a.include_usage,
         tools: a.tools.clone(),
         readers: Vec::new(),
+        reasoning: a.reasoning,
+        splitters: Vec::new(),
     };
     let prompt_top = a.prompt_logprobs;
     let (outs, usage, format) = match a.answer(&state, format).await? {
@@ -53,9 +58,15 @@ pub async fn chat_completions(
         .into_iter()
         .enumerate()
         .map(|(index, out)| {
+            let (reasoning_content, reply) = match format.reasoning {
+                Some((syntax, inside)) => split_answer(syntax, inside, &out.text),
+                None => (None, out.text),
+            };
             let (content, calls) = match &format.tools {
-                Some(tools) => parse_answer(&mut tools.parser(), &out.text),
-                None => (Some(out.text), Vec::new()),
+                Some(tools) => parse_answer(&mut tools.parser(), &reply),
+                // An answer cut off while reasoning has no reply at all.
+                None if reasoning_content.is_some() && reply.is_empty() => (None, Vec::new()),
+                None => (Some(reply), Vec::new()),
             };
             ChatChoice {
                 index,
@@ -66,6 +77,7 @@ pub async fn chat_completions(
                 message: ChatMessageOut {
                     role: "assistant",
                     content,
+                    reasoning_content,
                     tool_calls: calls
                         .into_iter()
                         .enumerate()
@@ -97,6 +109,10 @@ struct ChatFormat {
     tools: Option<CallReading>,
     /// Streaming with tools: each choice's reader.
     readers: Vec<CallParser>,
+    /// A model that reasons: where, and whether the answer starts inside its reasoning.
+    reasoning: Option<(ReasoningSyntax, bool)>,
+    /// Streaming with reasoning: each choice's splitter.
+    splitters: Vec<ReasoningSplitter>,
 }
 
 /// An answer that made calls and ended on its own finishes with `tool_calls`.
@@ -148,12 +164,18 @@ impl StreamFormat for ChatFormat {
         if let Some(tools) = &self.tools {
             self.readers = (0..choices).map(|_| tools.parser()).collect();
         }
+        if let Some((syntax, inside)) = self.reasoning {
+            self.splitters = (0..choices)
+                .map(|_| ReasoningSplitter::new(syntax, inside))
+                .collect();
+        }
         let choices = (0..choices)
             .map(|index| ChatChunkChoice {
                 index,
                 delta: ChatDelta {
                     role: Some("assistant"),
                     content: Some(String::new()),
+                    reasoning_content: None,
                     tool_calls: Vec::new(),
                 },
                 logprobs: None,
@@ -163,16 +185,34 @@ impl StreamFormat for ChatFormat {
         Some(self.chunk_of(choices, self.null_usage()))
     }
 
-    fn chunk(&mut self, index: usize, chunk: Chunk) -> Option<ChatCompletionChunk> {
+    fn chunk(&mut self, index: usize, mut chunk: Chunk) -> Option<ChatCompletionChunk> {
         let logprobs = (self.logprobs && chunk.token.is_some())
             .then(|| chat_logprobs(&self.model.tokenizer, chunk.token.as_slice()));
+        let mut reasoning = None::<String>;
+        if let Some(splitter) = self.splitters.get_mut(index) {
+            let mut parts = splitter.push(&chunk.text);
+            if chunk.finish.is_some() {
+                parts.extend(splitter.finish());
+            }
+            chunk.text.clear();
+            for part in parts {
+                match part {
+                    Part::Reasoning(t) => reasoning.get_or_insert_with(String::new).push_str(&t),
+                    Part::Reply(t) => chunk.text.push_str(&t),
+                }
+            }
+        }
+        let splitting = !self.splitters.is_empty();
         let (content, tool_calls, made_calls) = match self.readers.get_mut(index) {
             None => {
                 // The closing chunk of a generation that ended on a stop token has no new
                 // text: an empty delta.
-                let content =
+                let content = if splitting {
+                    (!chunk.text.is_empty()).then_some(chunk.text)
+                } else {
                     (chunk.finish.is_none() || !chunk.text.is_empty() || chunk.token.is_some())
-                        .then_some(chunk.text);
+                        .then_some(chunk.text)
+                };
                 (content, Vec::new(), false)
             }
             Some(reader) => {
@@ -197,6 +237,7 @@ impl StreamFormat for ChatFormat {
             }
         };
         if content.is_none()
+            && reasoning.is_none()
             && tool_calls.is_empty()
             && logprobs.is_none()
             && chunk.finish.is_none()
@@ -215,6 +256,7 @@ impl StreamFormat for ChatFormat {
             delta: ChatDelta {
                 role: None,
                 content,
+                reasoning_content: reasoning,
                 tool_calls,
             },
             logprobs,

@@ -5,7 +5,8 @@
 //! the chat path: the same template, tools prompt, call grammar, validation and engine. What
 //! differs is said here: content blocks become chat messages (`tool_use` an assistant's call,
 //! `tool_result` a tool message), `tool_choice` `any` is chat's `required`, and the answer
-//! comes back as content blocks with Anthropic's `stop_reason`, streamed as its named events.
+//! comes back as content blocks with Anthropic's `stop_reason`, streamed as its named events;
+//! a reasoning model's reasoning is a thinking block before them.
 //! Whatever braid cannot honour (images, documents, server tools, `thinking` enabled) is a
 //! 400 naming the field, in Anthropic's error shape (`app.rs` reshapes every error of these
 //! routes).
@@ -30,6 +31,7 @@ use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use braid_engine::FinishReason;
+use braid_text::reasoning::{split_answer, Part, ReasoningSplitter};
 use braid_text::tool_calls::hermes::{parse_answer, CallParser, ParsedCall, Piece};
 use serde_json::{json, Map, Value};
 
@@ -45,10 +47,12 @@ pub async fn messages(
         .map_err(anthropic_names)?;
     let input_tokens = a.generations[0].usage().prompt_tokens;
     let tools = a.tools.clone();
+    let reasoning = a.reasoning;
     let format = MessagesFormat {
         id: state.response_id("msg", a.generations[0].id),
         model: state.served_model_name.clone(),
         reader: tools.as_ref().map(|t| t.parser()),
+        splitter: reasoning.map(|(syntax, inside)| ReasoningSplitter::new(syntax, inside)),
         input_tokens,
         open: None,
         next_block: 0,
@@ -60,15 +64,25 @@ pub async fn messages(
         Answer::Whole(choices, usage, format) => (choices, usage, format),
     };
     let out = outs.remove(0);
-    let (text, calls) = match &tools {
-        Some(tools) => parse_answer(&mut tools.parser(), &out.text),
-        None => (Some(out.text), Vec::new()),
+    let (thinking, reply) = match reasoning {
+        Some((syntax, inside)) => split_answer(syntax, inside, &out.text),
+        None => (None, out.text),
     };
-    let mut content: Vec<ContentBlock> = text
-        .filter(|t| !t.is_empty())
-        .map(|text| ContentBlock::Text { text })
+    let (text, calls) = match &tools {
+        Some(tools) => parse_answer(&mut tools.parser(), &reply),
+        None => (Some(reply), Vec::new()),
+    };
+    let mut content: Vec<ContentBlock> = thinking
+        .map(|thinking| ContentBlock::Thinking {
+            thinking,
+            signature: String::new(),
+        })
         .into_iter()
         .collect();
+    content.extend(
+        text.filter(|t| !t.is_empty())
+            .map(|text| ContentBlock::Text { text }),
+    );
     let made_calls = !calls.is_empty();
     content.extend(
         calls
@@ -534,9 +548,11 @@ struct MessagesFormat {
     model: String,
     /// With tools: how the answer is read for calls.
     reader: Option<CallParser>,
+    /// A model that reasons: what splits its reasoning off.
+    splitter: Option<ReasoningSplitter>,
     input_tokens: usize,
-    /// The text block being streamed, by index.
-    open: Option<usize>,
+    /// The block being streamed, by index, and whether it is a thinking block.
+    open: Option<(usize, bool)>,
     next_block: usize,
     calls: usize,
     /// How the text ended, for the closing message_delta.
@@ -556,9 +572,47 @@ impl MessagesFormat {
     }
 
     fn close(&mut self, events: &mut Vec<StreamEvent>) {
-        if let Some(index) = self.open.take() {
+        if let Some((index, _)) = self.open.take() {
             events.push(StreamEvent::ContentBlockStop { index });
         }
+    }
+
+    /// Streams `text` into the open block of its kind, opening one (and closing the other
+    /// kind's) first.
+    fn stream_text(&mut self, text: String, thinking: bool, events: &mut Vec<StreamEvent>) {
+        if text.is_empty() {
+            return;
+        }
+        let index = match self.open {
+            Some((index, kind)) if kind == thinking => index,
+            _ => {
+                self.close(events);
+                let index = self.next_block;
+                self.next_block += 1;
+                self.open = Some((index, thinking));
+                let content_block = if thinking {
+                    ContentBlock::Thinking {
+                        thinking: String::new(),
+                        signature: String::new(),
+                    }
+                } else {
+                    ContentBlock::Text {
+                        text: String::new(),
+                    }
+                };
+                events.push(StreamEvent::ContentBlockStart {
+                    index,
+                    content_block,
+                });
+                index
+            }
+        };
+        let delta = if thinking {
+            BlockDelta::ThinkingDelta { thinking: text }
+        } else {
+            BlockDelta::TextDelta { text }
+        };
+        events.push(StreamEvent::ContentBlockDelta { index, delta });
     }
 }
 
@@ -584,41 +638,34 @@ impl StreamFormat for MessagesFormat {
     }
 
     fn chunk(&mut self, _index: usize, chunk: Chunk) -> Option<Vec<StreamEvent>> {
+        let mut events = Vec::new();
+        let mut reply = chunk.text;
+        if let Some(splitter) = self.splitter.as_mut() {
+            let mut parts = splitter.push(&reply);
+            if chunk.finish.is_some() {
+                parts.extend(splitter.finish());
+            }
+            reply = String::new();
+            for part in parts {
+                match part {
+                    Part::Reasoning(t) => self.stream_text(t, true, &mut events),
+                    Part::Reply(t) => reply.push_str(&t),
+                }
+            }
+        }
         let pieces = match self.reader.as_mut() {
             Some(reader) => {
-                let mut pieces = reader.push(&chunk.text);
+                let mut pieces = reader.push(&reply);
                 if chunk.finish.is_some() {
                     pieces.extend(reader.finish());
                 }
                 pieces
             }
-            None => vec![Piece::Content(chunk.text)],
+            None => vec![Piece::Content(reply)],
         };
-        let mut events = Vec::new();
         for piece in pieces {
             match piece {
-                Piece::Content(text) if text.is_empty() => {}
-                Piece::Content(text) => {
-                    let index = match self.open {
-                        Some(index) => index,
-                        None => {
-                            let index = self.next_block;
-                            self.next_block += 1;
-                            self.open = Some(index);
-                            events.push(StreamEvent::ContentBlockStart {
-                                index,
-                                content_block: ContentBlock::Text {
-                                    text: String::new(),
-                                },
-                            });
-                            index
-                        }
-                    };
-                    events.push(StreamEvent::ContentBlockDelta {
-                        index,
-                        delta: BlockDelta::TextDelta { text },
-                    });
-                }
+                Piece::Content(text) => self.stream_text(text, false, &mut events),
                 Piece::Call(call) => {
                     self.close(&mut events);
                     let arguments = call.arguments.clone();
@@ -799,6 +846,81 @@ mod tests {
             ),
             "diagnostics"
         );
+    }
+
+    /// The stream of an answer that reasons, then writes, then calls a tool, in pieces that
+    /// split the tags: a thinking block, a text block and a tool_use block, each opened and
+    /// closed in turn.
+    #[test]
+    fn a_reasoning_answer_streams_as_thinking_then_text_then_tool_use() {
+        let mut f = MessagesFormat {
+            id: "msg-1".into(),
+            model: "m".into(),
+            reader: Some(CallParser::new(vec!["f".into()], false)),
+            splitter: Some(ReasoningSplitter::new(braid_text::reasoning::THINK, false)),
+            input_tokens: 3,
+            open: None,
+            next_block: 0,
+            calls: 0,
+            ending: None,
+        };
+        let chunk = |text: &str, finish: Option<FinishReason>| Chunk {
+            text: text.into(),
+            prompt_scored: Vec::new(),
+            token: None,
+            finish,
+            stop_string: None,
+        };
+        let answer = [
+            "<thi",
+            "nk>Hmm.</th",
+            "ink>\n\nOK.",
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+        ];
+        let mut events: Vec<StreamEvent> = Vec::new();
+        for (i, piece) in answer.iter().enumerate() {
+            let finish = (i == answer.len() - 1).then_some(FinishReason::Stop);
+            events.extend(f.chunk(0, chunk(piece, finish)).unwrap_or_default());
+        }
+        events.extend(f.usage(Usage::new(3, 9)));
+        let shape: Vec<String> = events
+            .iter()
+            .map(|e| match e {
+                StreamEvent::ContentBlockStart {
+                    index,
+                    content_block,
+                } => {
+                    format!(
+                        "start {index} {}",
+                        serde_json::to_value(content_block).unwrap()["type"]
+                    )
+                }
+                StreamEvent::ContentBlockDelta { index, delta } => {
+                    format!("delta {index} {}", serde_json::to_value(delta).unwrap())
+                }
+                other => other.name().to_string(),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                "start 0 \"thinking\"",
+                "delta 0 {\"type\":\"thinking_delta\",\"thinking\":\"Hmm.\"}",
+                "content_block_stop",
+                "start 1 \"text\"",
+                "delta 1 {\"type\":\"text_delta\",\"text\":\"OK.\"}",
+                "content_block_stop",
+                "start 2 \"tool_use\"",
+                "delta 2 {\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+            ]
+        );
+        let StreamEvent::MessageDelta { delta, usage } = &events[events.len() - 2] else {
+            unreachable!()
+        };
+        assert_eq!((delta.stop_reason, usage.output_tokens), ("tool_use", 9));
     }
 
     #[test]

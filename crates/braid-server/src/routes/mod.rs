@@ -86,6 +86,8 @@ pub(crate) struct Admitted {
     pub logprobs: bool,
     /// Chat with tools: how the answers are read for calls.
     pub tools: Option<CallReading>,
+    /// Chat with a model that reasons: where its reasoning is, and whether it starts open.
+    pub reasoning: Option<(braid_text::reasoning::ReasoningSyntax, bool)>,
     /// vLLM's `prompt_logprobs`: alternatives per prompt token.
     pub prompt_logprobs: Option<usize>,
     /// Completions with `echo`: the prompt's scores belong in the legacy `logprobs` too.
@@ -157,6 +159,7 @@ pub(crate) async fn admit<R: Send + 'static>(
         valid.n,
     );
     let tools = valid.tools.clone();
+    let reasoning = valid.reasoning;
     let (prompt_logprobs, echo) = (valid.prompt_logprobs, valid.echo.is_some());
     // A refused choice drops the ones already queued, which cancels them. A prompt's first
     // choice reads it; its other choices share those KV blocks.
@@ -182,6 +185,7 @@ pub(crate) async fn admit<R: Send + 'static>(
         include_usage,
         logprobs,
         tools,
+        reasoning,
         prompt_logprobs,
         echo,
     })

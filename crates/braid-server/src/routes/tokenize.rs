@@ -43,6 +43,7 @@ pub async fn tokenize(
                 end,
                 &model,
                 special_in_messages,
+                &Default::default(),
             )
         }
         _ => Err(ValidationError::ExactlyOne {

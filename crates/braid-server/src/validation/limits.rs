@@ -28,4 +28,6 @@ pub struct Limits {
     /// Control tokens typed in chat messages are read as control tokens (`--special-in-messages`);
     /// otherwise as the text they are.
     pub special_in_messages: bool,
+    /// Where chat answers' reasoning is found (`--reasoning-parser`).
+    pub reasoning_parser: crate::args::ReasoningParser,
 }

@@ -6,7 +6,7 @@ use crate::openai_types::{ChatMessageIn, ToolCallIn};
 use braid_model::LoadedModel;
 use braid_text::tool_calls::hermes;
 use braid_text::{ChatMessage, ChatTemplate, PlainMarks};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 type Result<T> = std::result::Result<T, ValidationError>;
 
@@ -48,6 +48,7 @@ pub fn chat_prompt(
     end: ChatEnd,
     model: &LoadedModel,
     special_in_messages: bool,
+    variables: &Map<String, Value>,
 ) -> Result<Vec<u32>> {
     if messages.is_empty() {
         return Err(ValidationError::Empty { field: "messages" });
@@ -76,12 +77,13 @@ pub fn chat_prompt(
     let add_generation_prompt = end == ChatEnd::NewTurn;
     let template = chat_template(model)?;
     let rendered = if template.knows_tools() {
-        template.render(&msgs, tools, add_generation_prompt)
+        template.render(&msgs, tools, add_generation_prompt, variables)
     } else {
         template.render(
             &hermes::describe_tools(msgs, tools),
             None,
             add_generation_prompt,
+            variables,
         )
     };
     let mut text = rendered.map_err(|e| ValidationError::Template(e.to_string()))?;
@@ -141,6 +143,46 @@ pub(super) fn chat_template(model: &LoadedModel) -> Result<&ChatTemplate> {
         .chat_template
         .as_ref()
         .ok_or(ValidationError::NoChatTemplate)
+}
+
+/// The variables a chat request sets for the template: its `chat_template_kwargs`, and
+/// `reasoning_effort` as a variable of that name. Each must be one the template reads; one it
+/// does not would change nothing, so it is refused, naming it.
+pub fn template_variables(
+    kwargs: Option<&Map<String, Value>>,
+    reasoning_effort: Option<&str>,
+    model: &LoadedModel,
+) -> Result<Map<String, Value>> {
+    let template = chat_template(model)?;
+    let mut variables = Map::new();
+    let named = kwargs
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (format!("chat_template_kwargs.{k}"), k.clone(), v.clone()))
+        .chain(reasoning_effort.map(|e| {
+            (
+                "reasoning_effort".to_string(),
+                "reasoning_effort".to_string(),
+                json!(e),
+            )
+        }));
+    for (param, name, value) in named {
+        if !template.reads(&name) {
+            let mut reads: Vec<&str> = template.variables().collect();
+            reads.sort_unstable();
+            return Err(ValidationError::TemplateVariable {
+                param,
+                name,
+                reads: if reads.is_empty() {
+                    "none".into()
+                } else {
+                    reads.join(", ")
+                },
+            });
+        }
+        variables.insert(name, value);
+    }
+    Ok(variables)
 }
 
 /// Every `tool` message answers a call an earlier assistant message made, as OpenAI checks.
