@@ -156,12 +156,55 @@ fn offered(
     }))
 }
 
-/// The JSON Schema a call's arguments follow: the function's `parameters`, or an empty
-/// object for a function without them (OpenAI's reading of an omitted `parameters`).
+/// The JSON Schema a call's arguments follow: the function's `parameters`, every object in it
+/// closed ([`closed`]), or an empty object for a function without them (OpenAI's reading of an
+/// omitted `parameters`).
 fn arguments_schema(tool: &ToolIn) -> Value {
-    tool.function.parameters.clone().unwrap_or_else(
-        || json!({"type": "object", "properties": {}, "additionalProperties": false}),
-    )
+    match &tool.function.parameters {
+        Some(p) => closed(p.clone()),
+        None => json!({"type": "object", "properties": {}, "additionalProperties": false}),
+    }
+}
+
+/// `schema` with `additionalProperties: false` on every object schema that does not say
+/// otherwise, as OpenAI's strict mode and xgrammar read tool parameters (and `strict`
+/// response formats). JSON Schema's own
+/// default admits any other property, and a small model forced into a call would then add
+/// one it invented and ramble inside it until `max_tokens` (langchain-openai's
+/// `with_structured_output` showed it: issue 30).
+pub(crate) fn closed(mut schema: Value) -> Value {
+    close(&mut schema);
+    schema
+}
+
+fn close(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    let is_object = map.contains_key("properties")
+        || map.get("type").is_some_and(|t| {
+            t == "object"
+                || t.as_array()
+                    .is_some_and(|a| a.iter().any(|t| t == "object"))
+        });
+    if is_object && !map.contains_key("additionalProperties") {
+        map.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for key in ["properties", "$defs", "definitions", "patternProperties"] {
+        if let Some(Value::Object(children)) = map.get_mut(key) {
+            children.values_mut().for_each(close);
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "if", "then", "else"] {
+        if let Some(child) = map.get_mut(key) {
+            close(child);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(children)) = map.get_mut(key) {
+            children.iter_mut().for_each(close);
+        }
+    }
 }
 
 enum Choice {
@@ -202,6 +245,41 @@ fn choice(raw: Option<&Value>, names: &[String]) -> Result<Choice, ValidationErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_parameters_are_closed_objects_unless_they_say_otherwise() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "pet": {"type": "object", "properties": {"name": {"type": "string"}}},
+                "tags": {"type": "array", "items": {"properties": {"k": {"type": "string"}}}},
+                "extra": {"type": "object", "additionalProperties": true},
+                "either": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+            },
+            "$defs": {"Owner": {"type": ["object", "null"]}},
+        });
+        let got = closed(schema);
+        assert_eq!(got["additionalProperties"], false);
+        assert_eq!(got["properties"]["pet"]["additionalProperties"], false);
+        assert_eq!(
+            got["properties"]["tags"]["items"]["additionalProperties"],
+            false
+        );
+        assert_eq!(got["properties"]["extra"]["additionalProperties"], true);
+        assert_eq!(
+            got["properties"]["either"]["anyOf"][0]["additionalProperties"],
+            false
+        );
+        assert_eq!(
+            got["properties"]["either"]["anyOf"][1].get("additionalProperties"),
+            None
+        );
+        assert_eq!(got["$defs"]["Owner"]["additionalProperties"], false);
+        assert_eq!(
+            got["properties"]["pet"]["properties"]["name"].get("additionalProperties"),
+            None
+        );
+    }
 
     fn request(body: Value) -> ChatCompletionRequest {
         serde_json::from_value(body).unwrap()

@@ -22,10 +22,15 @@ pub(super) fn constraint(
     match &f.response_format {
         None | Some(ResponseFormat::Text) => {}
         Some(ResponseFormat::JsonObject) => given.push(("response_format", Constraint::JsonObject)),
-        Some(ResponseFormat::JsonSchema { json_schema }) => given.push((
-            "response_format",
-            Constraint::JsonSchema(json_schema.schema.clone().unwrap_or(Value::Bool(true))),
-        )),
+        Some(ResponseFormat::JsonSchema { json_schema }) => {
+            let schema = json_schema.schema.clone().unwrap_or(Value::Bool(true));
+            // OpenAI's strict mode reads every object as closed.
+            let schema = match json_schema.strict {
+                Some(true) => crate::tools::closed(schema),
+                _ => schema,
+            };
+            given.push(("response_format", Constraint::JsonSchema(schema)))
+        }
     }
     if let Some(schema) = &f.guided_json {
         given.push((
