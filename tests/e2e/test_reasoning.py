@@ -81,6 +81,24 @@ def test_a_variable_the_template_does_not_read_is_refused(r1_server, model, extr
     assert error["param"] == param and "enable_thinking" in error["message"], error
 
 
+def test_tokenize_renders_with_the_same_variables(r1_server, client, model):
+    def count(kwargs):
+        body = {"model": model, "messages": QUESTION, "chat_template_kwargs": kwargs}
+        r = requests.post(r1_server.url + "/tokenize", json=body, timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        return r.json()["count"]
+
+    on, off = count({"enable_thinking": True}), count({"enable_thinking": False})
+    assert on != off, "the variable changed nothing"
+    assert on == ask(client, model, THINKING).usage.prompt_tokens
+    r = requests.post(
+        r1_server.url + "/tokenize",
+        json={"model": model, "messages": QUESTION, "chat_template_kwargs": {"thinking": True}},
+        timeout=TIMEOUT,
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs.thinking", r.text
+
+
 def test_reasoning_parser_none_leaves_the_answer_whole(make_server):
     s = make_server("--chat-template", str(TEMPLATE), "--reasoning-parser", "none")
     c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)

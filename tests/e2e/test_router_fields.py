@@ -97,7 +97,6 @@ def test_add_special_tokens_false_reads_the_prompt_without_bos(server):
         ("/v1/chat/completions", {"include_reasoning": False}, "include_reasoning"),
         ("/v1/chat/completions", {"echo": True}, "echo"),
         ("/v1/chat/completions/render", {"return_hidden_states": True}, "return_hidden_states"),
-        ("/tokenize", {"chat_template_kwargs": {"enable_thinking": False}}, "chat_template_kwargs"),
     ],
 )
 def test_a_value_braid_cannot_honor_is_refused_by_name(server, path, extra, param):

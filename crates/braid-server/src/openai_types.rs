@@ -577,6 +577,9 @@ pub struct TokenizeRequest {
     /// With `prompt`: put BOS in front where the model's tokenizer asks for it, as a
     /// completion prompt gets (default true). lm-evaluation-harness sends false.
     pub add_special_tokens: Option<bool>,
+    /// With `messages`: variables for the chat template, as on chat (each one it reads).
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 impl RequestFields for TokenizeRequest {

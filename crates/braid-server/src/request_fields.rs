@@ -160,18 +160,11 @@ pub const CHAT_AT_DEFAULT: &[AtDefault] = &[
 ];
 
 /// Where a conversation is rendered: chat, its render endpoint and /tokenize.
-pub const TEMPLATE_AT_DEFAULT: &[AtDefault] = &[
-    at_default(
-        "chat_template",
-        "null",
-        "the served template is the model's or `braid serve --chat-template`",
-    ),
-    at_default(
-        "chat_template_kwargs",
-        "null",
-        "the chat template renders with braid's variables only",
-    ),
-];
+pub const TEMPLATE_AT_DEFAULT: &[AtDefault] = &[at_default(
+    "chat_template",
+    "null",
+    "the served template is the model's or `braid serve --chat-template`",
+)];
 
 /// /tokenize's own, as routers send them.
 pub const TOKENIZE_AT_DEFAULT: &[AtDefault] = &[at_default(
@@ -469,12 +462,11 @@ mod tests {
             refused::<ChatCompletionRequest>(r#"{"messages": [], "separate_reasoning": false}"#)
                 .unwrap();
         assert_eq!(param, "separate_reasoning");
-        // Chat reads it (the template decides: validation); /tokenize does not yet.
-        let (param, _) = refused::<TokenizeRequest>(
-            r#"{"messages": [], "chat_template_kwargs": {"enable_thinking": false}}"#,
-        )
-        .unwrap();
-        assert_eq!(param, "chat_template_kwargs");
+        // The render endpoints' template must come from the model or --chat-template.
+        let (param, _) =
+            refused::<TokenizeRequest>(r#"{"messages": [], "chat_template": "{{ messages }}"}"#)
+                .unwrap();
+        assert_eq!(param, "chat_template");
         // Chat's fields are not completions'.
         let (param, message) =
             refused::<CompletionRequest>(r#"{"prompt": "x", "separate_reasoning": true}"#).unwrap();

@@ -23,7 +23,7 @@ pub use embedding::{
     MAX_EMBEDDING_INPUTS,
 };
 pub use limits::{Limits, MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_TOKEN_IDS};
-pub use messages::{chat_prompt, ChatEnd};
+pub use messages::{chat_prompt, template_variables, ChatEnd};
 pub use prompt::{encode, known_token_ids};
 
 use crate::args::ReasoningParser;

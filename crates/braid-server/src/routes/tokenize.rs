@@ -43,7 +43,7 @@ pub async fn tokenize(
                 end,
                 &model,
                 special_in_messages,
-                &Default::default(),
+                &validation::template_variables(req.chat_template_kwargs.as_ref(), None, &model)?,
             )
         }
         _ => Err(ValidationError::ExactlyOne {
