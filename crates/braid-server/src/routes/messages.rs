@@ -563,12 +563,17 @@ impl MessagesFormat {
     /// Call `k` of the answer as a `tool_use` block; arguments that are not a JSON object
     /// (the call syntax reader passes only objects) would be an empty input.
     fn tool_use(&self, k: usize, call: ParsedCall) -> ContentBlock {
-        let response = self.id.rsplit('-').next().unwrap_or_default();
         ContentBlock::ToolUse {
-            id: format!("toolu_{response}_{k}"),
+            id: self.tool_use_id(k),
             name: call.name,
             input: serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({})),
         }
+    }
+
+    /// Call `k`'s id, unique to this message.
+    fn tool_use_id(&self, k: usize) -> String {
+        let response = self.id.rsplit('-').next().unwrap_or_default();
+        format!("toolu_{response}_{k}")
     }
 
     fn close(&mut self, events: &mut Vec<StreamEvent>) {
@@ -668,11 +673,8 @@ impl StreamFormat for MessagesFormat {
                 Piece::Content(text) => self.stream_text(text, false, &mut events),
                 Piece::Call(call) => {
                     self.close(&mut events);
-                    let arguments = call.arguments.clone();
-                    let ContentBlock::ToolUse { id, name, .. } = self.tool_use(self.calls, call)
-                    else {
-                        unreachable!("tool_use makes a tool_use block")
-                    };
+                    // The arguments go whole in the one delta; the block opens empty.
+                    let id = self.tool_use_id(self.calls);
                     self.calls += 1;
                     let index = self.next_block;
                     self.next_block += 1;
@@ -680,14 +682,14 @@ impl StreamFormat for MessagesFormat {
                         index,
                         content_block: ContentBlock::ToolUse {
                             id,
-                            name,
+                            name: call.name,
                             input: json!({}),
                         },
                     });
                     events.push(StreamEvent::ContentBlockDelta {
                         index,
                         delta: BlockDelta::InputJsonDelta {
-                            partial_json: arguments,
+                            partial_json: call.arguments,
                         },
                     });
                     events.push(StreamEvent::ContentBlockStop { index });
