@@ -104,3 +104,46 @@ def test_reasoning_parser_none_leaves_the_answer_whole(make_server):
     c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
     m = ask(c, c.models.list().data[0].id, THINKING).choices[0].message
     assert getattr(m, "reasoning_content", None) is None and m.content
+
+
+def respond(client, model, extra=None, **kw):
+    return client.responses.create(model=model, input=QUESTION, max_output_tokens=24, temperature=0, extra_body=extra, **kw)
+
+
+def test_responses_put_the_reasoning_in_a_reasoning_item(client, model):
+    chat = ask(client, model, THINKING).choices[0].message
+    r = respond(client, model, THINKING, reasoning={"summary": "auto"}, include=["reasoning.encrypted_content"])
+    [item] = r.output
+    assert item.type == "reasoning" and item.id.startswith("rs_")
+    assert [p.type for p in item.content] == ["reasoning_text"]
+    assert item.content[0].text == chat.reasoning_content
+    assert item.summary[0].text == chat.reasoning_content
+    assert item.encrypted_content == chat.reasoning_content
+    assert r.output_text == "", "SmolLM2 does not close the block: no reply"
+    assert r.usage.output_tokens_details.reasoning_tokens == r.usage.output_tokens
+    off = respond(client, model, {"chat_template_kwargs": {"enable_thinking": False}})
+    assert [i.type for i in off.output] == ["message"] and off.usage.output_tokens_details.reasoning_tokens == 0
+
+
+def test_streamed_responses_reasoning_arrives_as_reasoning_text_events(client, model):
+    whole = respond(client, model, THINKING)
+    with client.responses.stream(model=model, input=QUESTION, max_output_tokens=24, temperature=0, extra_body=THINKING) as stream:
+        events = list(stream)
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert deltas == whole.output[0].content[0].text
+    done = [e for e in events if e.type == "response.output_item.done"]
+    assert [e.item.type for e in done] == ["reasoning"]
+    final = events[-1].response
+    assert final.usage.output_tokens_details.reasoning_tokens == whole.usage.output_tokens_details.reasoning_tokens
+
+
+def test_a_reasoning_item_sent_back_is_read_as_the_turn_s_reasoning(client, model):
+    first = respond(client, model, THINKING, store=False)
+    follow = [
+        *QUESTION,
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"role": "assistant", "content": "Four."},
+        {"role": "user", "content": "And three plus three?"},
+    ]
+    r = client.responses.create(model=model, input=follow, max_output_tokens=8, temperature=0, store=False)
+    assert r.status in ("completed", "incomplete") and r.output

@@ -16,7 +16,7 @@ use crate::openapi::openapi_json;
 use crate::request_origin::{request_id, REQUEST_ID};
 use crate::routes::{
     chat, completions, dashboard, embeddings, fallback, health, messages, metrics_route, models,
-    render, tokenize, tokenizer_info, worker,
+    render, responses, tokenize, tokenizer_info, worker,
 };
 use crate::state::AppState;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -37,6 +37,11 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/v1/messages", post(messages::messages))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/completions/render", post(render::render_completion))
@@ -106,7 +111,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST])
+            .allow_methods([Method::GET, Method::POST, Method::DELETE])
             .allow_headers([
                 header::AUTHORIZATION,
                 header::CONTENT_TYPE,

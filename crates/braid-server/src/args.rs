@@ -192,9 +192,20 @@ pub struct ServeArgs {
 
     /// Where a chat answer's reasoning is: `auto` reads the chat template (`<think>` tags
     /// where it writes them), `think` always looks for `<think>`…`</think>`, `none` never.
-    /// Reasoning goes to `reasoning_content` in chat and to thinking blocks in messages.
+    /// Reasoning goes to `reasoning_content` in chat, to reasoning items in responses and to
+    /// thinking blocks in messages.
     #[arg(long, value_enum, default_value_t = ReasoningParser::Auto)]
     pub reasoning_parser: ReasoningParser,
+
+    /// Memory for the Responses API's stored responses, in MiB (what `store` keeps and
+    /// `previous_response_id` continues); the oldest leave first when it is full. 0: keep
+    /// none, and `store: true` is a 400.
+    #[arg(long, default_value_t = 64)]
+    pub response_store_mb: usize,
+
+    /// Seconds a stored response is kept.
+    #[arg(long, default_value_t = 3600)]
+    pub response_store_secs: u64,
 
     /// Most open connections from one client address (off unless given): one client cannot
     /// take every place of --max-connections. Past it, 503 `too_many_connections`.

@@ -71,13 +71,43 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
+    /// A 400 for a field whose value is wrong, naming it.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::bad_request(message).with_param(param)
+    }
+
+    /// A 400 `unsupported_parameter` for a field braid cannot honour, naming it.
+    pub fn unsupported(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::invalid(param, message).with_code("unsupported_parameter")
+    }
+
+    /// The error with the field names of an API translated to chat (`renames`: chat's name,
+    /// then the API's), in `param` and in the message.
+    pub fn renamed(mut self, renames: &[(&str, &str)]) -> Self {
+        for (chat, api) in renames {
+            if self.detail.param.as_deref() == Some(chat) {
+                self.detail.param = Some(api.to_string());
+                self.detail.message = self
+                    .detail
+                    .message
+                    .replace(&format!("`{chat}`"), &format!("`{api}`"));
+            }
+        }
+        self
+    }
+
     pub fn route_not_found(method: &str, path: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
-            format!("no route for {method} {path}; braid serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics and GET /dashboard; GET /openapi.json describes the API"),
+            format!("no route for {method} {path}; braid serves OpenAI's /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings and /v1/models, Anthropic's /v1/messages, and /tokenize, /detokenize, /health, /metrics and /dashboard; GET /openapi.json lists every route"),
         )
         .with_code("route_not_found")
+    }
+
+    /// A stored thing (a response) that is not there.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message).with_code("not_found")
     }
 
     pub fn method_not_allowed(method: &str, path: &str) -> Self {

@@ -163,6 +163,7 @@ impl Generation {
 
     pub fn usage(&self) -> Usage {
         Usage::new(self.prompt_tokens, self.completion_tokens)
+            .with_cached(self.cached_tokens.unwrap_or(0))
     }
 
     /// The next chunk; `Err` is an engine failure (the generation is over); None after the end.

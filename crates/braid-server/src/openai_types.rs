@@ -204,6 +204,9 @@ pub struct ChatMessageIn {
     pub tool_calls: Option<Vec<ToolCallIn>>,
     /// A `tool` turn: the id of the call it answers.
     pub tool_call_id: Option<String>,
+    /// An assistant turn's reasoning, as a response gave it; it reaches the chat template,
+    /// which decides whether the model reads it again (Qwen3's does for the current turn).
+    pub reasoning_content: Option<String>,
 }
 
 /// A call in an assistant turn of the conversation.
@@ -299,6 +302,9 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// Prompt tokens the prefix cache held (the Responses API reports them).
+    #[serde(skip)]
+    pub cached_tokens: usize,
 }
 
 impl Usage {
@@ -307,25 +313,33 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            cached_tokens: 0,
+        }
+    }
+
+    pub fn with_cached(self, cached_tokens: usize) -> Self {
+        Self {
+            cached_tokens,
+            ..self
         }
     }
 
     /// A whole request's usage from its choices' (in choice order, `n` per prompt): each
     /// prompt counts once, every choice's completion counts.
     pub fn of_choices(choices: impl IntoIterator<Item = Usage>, n: usize) -> Self {
-        let (prompt, completion) =
+        let (prompt, cached, completion) =
             choices
                 .into_iter()
                 .enumerate()
-                .fold((0, 0), |(p, c), (i, u)| {
-                    let p = if i % n.max(1) == 0 {
-                        p + u.prompt_tokens
+                .fold((0, 0, 0), |(p, k, c), (i, u)| {
+                    let (p, k) = if i % n.max(1) == 0 {
+                        (p + u.prompt_tokens, k + u.cached_tokens)
                     } else {
-                        p
+                        (p, k)
                     };
-                    (p, c + u.completion_tokens)
+                    (p, k, c + u.completion_tokens)
                 });
-        Self::new(prompt, completion)
+        Self::new(prompt, completion).with_cached(cached)
     }
 }
 

@@ -19,6 +19,7 @@ use crate::openai_types::{
 use crate::request_fields::{
     AtDefault, RequestFields, ACCEPTED_MESSAGE_NOOPS, ACCEPTED_NOOPS, UNSUPPORTED,
 };
+use crate::responses_types::{ResponseDeleted, ResponseObject, ResponsesRequest};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
@@ -37,6 +38,9 @@ use utoipa::{Modify, OpenApi};
     paths(
         completions,
         chat_completions,
+        responses_create,
+        responses_retrieve,
+        responses_delete,
         messages,
         count_tokens,
         embeddings,
@@ -207,6 +211,10 @@ fn document_field_groups(doc: &mut Value) {
         ("TokenizeRequest", at_default(TokenizeRequest::AT_DEFAULT)),
         ("DetokenizeRequest", vec![]),
         ("EmbeddingRequest", at_default(EmbeddingRequest::AT_DEFAULT)),
+        ("ResponsesRequest", vec![]),
+        ("TextConfig", vec![]),
+        ("ReasoningConfig", vec![]),
+        ("ResponsesStreamOptions", vec![]),
     ];
     for (schema, extra) in groups {
         let Some(obj) = doc
@@ -282,6 +290,56 @@ enum JsonPostErrors {
 )]
 #[allow(dead_code)]
 fn completions() {}
+
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    tag = "openai",
+    description = "OpenAI's Responses API, run as the chat request it translates to (docs/API.md): `input` as a string or items (messages, function_call, function_call_output, reasoning), `instructions`, function `tools`, `tool_choice`, `text.format`, `reasoning`. With `store` (the default while --response-store-mb is above 0) the response is kept for --response-store-secs, for GET /v1/responses/{id} and `previous_response_id`. Hosted tools, images, `background`, `truncation: auto` and every other value braid cannot honour are 400s naming the field.",
+    request_body = ResponsesRequest,
+    responses(
+        (status = 200, description = "The response; with `stream: true`, OpenAI's typed server-sent events (response.created, response.in_progress, response.output_item.added, response.content_part.added, response.output_text.delta / response.reasoning_text.delta / response.function_call_arguments.delta and their .done, response.output_item.done, then response.completed or, cut by max_output_tokens, response.incomplete), each with its sequence_number.",
+            content(
+                (ResponseObject = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        (status = 429, description = "Queue full; retry after Retry-After seconds", body = ErrorBody),
+        (status = 400, description = "A bad request, a field braid cannot honour (named), or a `previous_response_id` that is not stored (code `previous_response_not_found`)", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn responses_create() {}
+
+#[utoipa::path(
+    get,
+    path = "/v1/responses/{id}",
+    tag = "openai",
+    description = "A stored response, as it was answered.",
+    params(("id" = String, Path, description = "The response's id")),
+    responses(
+        (status = 200, description = "The response", body = ResponseObject),
+        (status = 404, description = "Not stored: made with `store: false`, deleted, or expired", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn responses_retrieve() {}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/responses/{id}",
+    tag = "openai",
+    description = "Forgets a stored response.",
+    params(("id" = String, Path, description = "The response's id")),
+    responses(
+        (status = 200, description = "Deleted", body = ResponseDeleted),
+        (status = 404, description = "Not stored", body = ErrorBody),
+    ),
+    security((), ("bearer" = []))
+)]
+#[allow(dead_code)]
+fn responses_delete() {}
 
 #[utoipa::path(
     post,

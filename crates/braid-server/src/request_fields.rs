@@ -130,7 +130,8 @@ pub const GENERATION_AT_DEFAULT: &[AtDefault] = &[
     ),
 ];
 
-const NO_REASONING: &str = "braid does not yet read a model's reasoning apart from its answer";
+const NO_REASONING: &str =
+    "braid always gives a reasoning model's reasoning apart, in `reasoning_content`, as it streams";
 
 /// /v1/chat/completions' (and its render endpoint's).
 pub const CHAT_AT_DEFAULT: &[AtDefault] = &[

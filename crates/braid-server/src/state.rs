@@ -18,6 +18,7 @@ use crate::kv_events::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::openai_types::unix_now;
 use crate::request_traces::RequestTraces;
+use crate::response_store::ResponseStore;
 use crate::validation::Limits;
 use braid_engine::{spawn_engine, EngineConfig, EngineHandle, Pooling, SentenceEmbedder};
 use braid_model::LoadedModel;
@@ -112,6 +113,8 @@ pub struct Shared {
     pub prep_wait: Duration,
     /// Places for `/debug/steps` viewers, each an endless stream.
     pub step_viewers: Arc<Semaphore>,
+    /// The Responses API's stored responses (`--response-store-mb`, `--response-store-secs`).
+    pub responses: Arc<ResponseStore>,
     /// The request-trace exporter (`--otlp-traces-endpoint`), set once at start.
     pub traces: OnceLock<Arc<RequestTraces>>,
     ready: OnceLock<Ready>,
@@ -150,6 +153,10 @@ impl AppState {
             prep: Arc::new(Semaphore::new(PREP_THREADS)),
             prep_wait: Duration::from_secs(args.prep_wait_secs),
             step_viewers: Arc::new(Semaphore::new(MAX_STEP_VIEWERS)),
+            responses: Arc::new(ResponseStore::new(
+                args.response_store_mb << 20,
+                Duration::from_secs(args.response_store_secs),
+            )),
             traces: OnceLock::new(),
             ready: OnceLock::new(),
         }))

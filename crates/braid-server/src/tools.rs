@@ -41,6 +41,11 @@ impl CallReading {
     pub fn parser(&self) -> CallParser {
         CallParser::new(self.names.clone(), self.parallel)
     }
+
+    #[cfg(test)]
+    pub(crate) fn for_names(names: Vec<String>, parallel: bool) -> Self {
+        Self { names, parallel }
+    }
 }
 
 fn invalid(param: impl Into<String>, reason: impl Into<String>) -> ValidationError {

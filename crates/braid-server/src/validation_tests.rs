@@ -717,4 +717,10 @@ fn a_conversation_s_calls_and_results_are_checked() {
     assert_eq!(developer.prompt, system.prompt);
     let e = refused(serde_json::json!([{"role": "user", "content": "a", "tool_call_id": "c1"}]));
     assert!(e.contains("only a `tool` message"), "{e}");
+    let e =
+        refused(serde_json::json!([{"role": "user", "content": "a", "reasoning_content": "r"}]));
+    assert!(e.contains("only an assistant message"), "{e}");
+    chat_json(serde_json::json!({"messages": [user,
+        {"role": "assistant", "content": "b", "reasoning_content": "r"}, user]}))
+    .unwrap();
 }

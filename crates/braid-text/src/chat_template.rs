@@ -25,6 +25,10 @@ pub struct ChatMessage {
     /// A `tool` turn's answer to this call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant turn's reasoning, as Qwen3's template reads it; templates that drop
+    /// earlier turns' reasoning (most) never look.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 pub struct ChatTemplate {
@@ -303,5 +307,39 @@ mod tests {
             off.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
             "{off}"
         );
+    }
+
+    /// Qwen3's template writes the reasoning of the turn in progress (a call and its result
+    /// after the last user message) back into the prompt; braid passes it as sent.
+    #[test]
+    fn an_assistant_turn_s_reasoning_reaches_the_template() {
+        let qwen3 = ChatTemplate::new(
+            include_str!("../tests/data/templates/Qwen-Qwen3-0.6B.jinja"),
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        let call = serde_json::json!({"id": "c", "type": "function",
+            "function": {"name": "f", "arguments": {}}});
+        let turn = [
+            message("user", "hi"),
+            ChatMessage {
+                role: "assistant".into(),
+                content: String::new(),
+                tool_calls: Some(vec![call]),
+                reasoning_content: Some("Call f.".into()),
+                ..ChatMessage::default()
+            },
+            ChatMessage {
+                role: "tool".into(),
+                content: "done".into(),
+                tool_call_id: Some("c".into()),
+                ..ChatMessage::default()
+            },
+        ];
+        let text = qwen3
+            .render(&turn, None, true, &Default::default())
+            .unwrap();
+        assert!(text.contains("<think>\nCall f.\n</think>"), "{text}");
     }
 }

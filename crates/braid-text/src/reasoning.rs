@@ -131,6 +131,12 @@ impl ReasoningSplitter {
         }
     }
 
+    /// Whether the answer is inside its reasoning now (for counting reasoning tokens: a
+    /// token that opened, continued or closed the reasoning finds it inside before or after).
+    pub fn in_reasoning(&self) -> bool {
+        self.state == State::Reasoning
+    }
+
     /// The answer ended: what was held is what it seemed.
     pub fn finish(&mut self) -> Vec<Part> {
         let held = std::mem::take(&mut self.held);

@@ -44,7 +44,7 @@ pub async fn messages(
     let chat = to_chat(&req)?;
     let a = admit(&state, chat, validation::chat, &origin)
         .await
-        .map_err(anthropic_names)?;
+        .map_err(|e| e.renamed(ANTHROPIC_NAMES))?;
     let input_tokens = a.generations[0].usage().prompt_tokens;
     let tools = a.tools.clone();
     let reasoning = a.reasoning;
@@ -124,51 +124,30 @@ pub async fn count_tokens(
     let chat = to_chat(&full)?;
     let (valid, _) = validated(&state, chat, validation::chat)
         .await
-        .map_err(anthropic_names)?;
+        .map_err(|e| e.renamed(ANTHROPIC_NAMES))?;
     Ok(Json(TokenCount {
         input_tokens: valid.prompt.len(),
     }))
 }
 
 /// The error in Anthropic's field names where they differ from chat's.
-fn anthropic_names(mut e: ApiError) -> ApiError {
-    for (chat, anthropic) in [
-        ("stop", "stop_sequences"),
-        ("max_completion_tokens", "max_tokens"),
-    ] {
-        if e.detail.param.as_deref() == Some(chat) {
-            e.detail.param = Some(anthropic.to_string());
-            e.detail.message = e
-                .detail
-                .message
-                .replace(&format!("`{chat}`"), &format!("`{anthropic}`"));
-        }
-    }
-    e
-}
-
-fn refuse(param: impl Into<String>, message: impl Into<String>) -> ApiError {
-    ApiError::bad_request(message)
-        .with_param(param)
-        .with_code("unsupported_parameter")
-}
-
-fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
-    ApiError::bad_request(message).with_param(param)
-}
+const ANTHROPIC_NAMES: &[(&str, &str)] = &[
+    ("stop", "stop_sequences"),
+    ("max_completion_tokens", "max_tokens"),
+];
 
 /// The chat request that asks for what `req` asks for, or the 400 naming what braid cannot
 /// honour.
 fn to_chat(req: &MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
     let max_tokens = req.max_tokens.ok_or_else(|| {
-        invalid(
+        ApiError::invalid(
             "max_tokens",
             "`max_tokens` is required (the most tokens to write)",
         )
     })?;
     if let Some(t) = req.temperature {
         if !(0.0..=1.0).contains(&t) {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 "temperature",
                 format!("`temperature` must be between 0 and 1; got {t}"),
             ));
@@ -176,7 +155,7 @@ fn to_chat(req: &MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
     }
     if let Some(thinking) = &req.thinking {
         if thinking.get("type").and_then(Value::as_str) != Some("disabled") {
-            return Err(refuse(
+            return Err(ApiError::unsupported(
                 "thinking",
                 "`thinking` can only be {\"type\": \"disabled\"}: braid does not yet separate a \
                  model's reasoning into thinking blocks",
@@ -184,13 +163,13 @@ fn to_chat(req: &MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
         }
     }
     if req.container.as_ref().is_some_and(|c| !c.is_null()) {
-        return Err(refuse(
+        return Err(ApiError::unsupported(
             "container",
             "`container` asks for Anthropic's code execution, which braid does not run",
         ));
     }
     if req.speed.as_deref().is_some_and(|s| s != "standard") {
-        return Err(refuse(
+        return Err(ApiError::unsupported(
             "speed",
             "`speed` can only be `standard`: braid has one speed",
         ));
@@ -201,7 +180,7 @@ fn to_chat(req: &MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
                 .is_some_and(|o| o.values().all(Value::is_null))
     };
     if req.diagnostics.as_ref().is_some_and(|d| !empty(d)) {
-        return Err(refuse(
+        return Err(ApiError::unsupported(
             "diagnostics",
             "`diagnostics` asks for prompt-cache reports, which braid does not make",
         ));
@@ -209,7 +188,7 @@ fn to_chat(req: &MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
     let messages = req
         .messages
         .as_deref()
-        .ok_or_else(|| invalid("messages", "`messages` is required"))?;
+        .ok_or_else(|| ApiError::invalid("messages", "`messages` is required"))?;
     let mut chat = json!({
         "model": req.model,
         "max_tokens": max_tokens,
@@ -226,7 +205,7 @@ fn to_chat(req: &MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
     }
     if let Some(config) = &req.output_config {
         if let Some(effort) = &config.effort {
-            return Err(refuse(
+            return Err(ApiError::unsupported(
                 "output_config.effort",
                 format!("`output_config.effort` `{effort}` cannot be honoured: braid's models do not reason at a chosen effort"),
             ));
@@ -261,7 +240,7 @@ fn output_format(format: &Value) -> Result<Value, ApiError> {
             "type": "json_schema",
             "json_schema": {"name": "output", "schema": schema, "strict": true},
         })),
-        _ => Err(invalid(
+        _ => Err(ApiError::invalid(
             "output_config.format",
             "`output_config.format` is {\"type\": \"json_schema\", \"schema\": {...}}",
         )),
@@ -270,7 +249,7 @@ fn output_format(format: &Value) -> Result<Value, ApiError> {
 
 fn tool((i, t): (usize, &ToolDefinition)) -> Result<Value, ApiError> {
     if let Some(kind) = t.kind.as_deref().filter(|k| *k != "custom") {
-        return Err(refuse(
+        return Err(ApiError::unsupported(
             format!("tools[{i}].type"),
             format!(
                 "tool type `{kind}` is one of Anthropic's server tools, which braid does not run; \
@@ -296,13 +275,13 @@ fn tool_choice(c: &ToolChoice) -> Result<(Value, bool), ApiError> {
         ("none", _) => json!("none"),
         ("tool", Some(name)) => json!({"type": "function", "function": {"name": name}}),
         ("tool", None) => {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 "tool_choice.name",
                 "`tool_choice` of type `tool` names the tool to call in `name`",
             ))
         }
         (other, _) => {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 "tool_choice.type",
                 format!("`tool_choice.type` is `auto`, `any`, `tool` or `none`; got `{other}`"),
             ))
@@ -327,7 +306,7 @@ fn conversation(system: Option<&Value>, messages: &[MessageIn]) -> Result<Vec<Va
             "user" => user_turn(&blocks, &field, &mut out)?,
             "assistant" => out.push(assistant_turn(&blocks, &field)?),
             other => {
-                return Err(invalid(
+                return Err(ApiError::invalid(
                     format!("{field}.role"),
                     format!("`{field}.role` is `user` or `assistant`; got `{other}` (the system prompt goes in `system`)"),
                 ))
@@ -354,14 +333,14 @@ fn blocks(content: &Value, field: &str) -> Result<Vec<Block>, ApiError> {
                 let at = format!("{field}[{j}]");
                 match b {
                     Value::Object(o) => Ok((at, o.clone())),
-                    _ => Err(invalid(
+                    _ => Err(ApiError::invalid(
                         at.clone(),
                         format!("`{at}` must be a content block object"),
                     )),
                 }
             })
             .collect(),
-        _ => Err(invalid(
+        _ => Err(ApiError::invalid(
             field,
             format!("`{field}` must be a string or an array of content blocks"),
         )),
@@ -377,7 +356,7 @@ fn block_kind<'a>(
     let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
     let Some((_, keys)) = allowed.iter().find(|(k, _)| *k == kind) else {
         let known: Vec<&str> = allowed.iter().map(|(k, _)| *k).collect();
-        return Err(refuse(
+        return Err(ApiError::unsupported(
             format!("{at}.type"),
             format!(
                 "content block type `{kind}` is not supported here (braid reads {}; its models take text only)",
@@ -390,7 +369,7 @@ fn block_kind<'a>(
         if key != "type" && key != "cache_control" && !keys.contains(&key.as_str()) {
             let null_citations = key == "citations" && block[key].is_null();
             if !null_citations {
-                return Err(refuse(
+                return Err(ApiError::unsupported(
                     format!("{at}.{key}"),
                     format!("`{at}.{key}` is not supported"),
                 ));
@@ -406,7 +385,7 @@ fn text_of(block: &Map<String, Value>, at: &str) -> Result<String, ApiError> {
         .and_then(Value::as_str)
         .map(str::to_string)
         .ok_or_else(|| {
-            invalid(
+            ApiError::invalid(
                 format!("{at}.text"),
                 format!("`{at}.text` must be a string"),
             )
@@ -427,7 +406,7 @@ fn text_parts(content: &Value, field: &str) -> Result<Vec<Value>, ApiError> {
 /// A user turn: its tool results as tool messages, its text as user messages, in order.
 fn user_turn(blocks: &[Block], field: &str, out: &mut Vec<Value>) -> Result<(), ApiError> {
     if blocks.is_empty() {
-        return Err(invalid(
+        return Err(ApiError::invalid(
             format!("{field}.content"),
             format!("`{field}.content` is empty"),
         ));
@@ -453,7 +432,7 @@ fn user_turn(blocks: &[Block], field: &str, out: &mut Vec<Value>) -> Result<(), 
             .get("tool_use_id")
             .and_then(Value::as_str)
             .ok_or_else(|| {
-                invalid(
+                ApiError::invalid(
                     format!("{at}.tool_use_id"),
                     format!("`{at}.tool_use_id` must be the id of the tool_use it answers"),
                 )
@@ -497,14 +476,14 @@ fn assistant_turn(blocks: &[Block], field: &str) -> Result<Value, ApiError> {
             b.get("id").and_then(Value::as_str),
             b.get("name").and_then(Value::as_str),
         ) else {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 at.clone(),
                 format!("`{at}` needs a string `id` and `name`"),
             ));
         };
         let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
         if !input.is_object() {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 format!("{at}.input"),
                 format!("`{at}.input` must be an object"),
             ));
@@ -518,7 +497,7 @@ fn assistant_turn(blocks: &[Block], field: &str) -> Result<Value, ApiError> {
         turn["tool_calls"] = calls.into();
     }
     if turn["content"].is_null() && turn.get("tool_calls").is_none() {
-        return Err(invalid(
+        return Err(ApiError::invalid(
             format!("{field}.content"),
             format!("`{field}.content` is empty"),
         ));

@@ -11,6 +11,7 @@ pub mod messages;
 pub mod metrics_route;
 pub mod models;
 pub mod render;
+pub mod responses;
 pub mod tokenize;
 pub mod tokenizer_info;
 pub mod worker;

@@ -286,11 +286,21 @@ fn chat_message(index: usize, m: &ChatMessageIn) -> Result<ChatMessage> {
             ))
         }
     };
+    let reasoning_content = match (&m.reasoning_content, role.as_str()) {
+        (Some(r), "assistant") => Some(r.clone()),
+        (Some(_), _) => {
+            return Err(bad(
+                "has `reasoning_content`, which only an assistant message carries".into(),
+            ))
+        }
+        (None, _) => None,
+    };
     Ok(ChatMessage {
         role,
         content,
         tool_calls,
         tool_call_id,
+        reasoning_content,
     })
 }
 
