@@ -3,6 +3,7 @@
 //! exactly as one computed in place.
 
 use braid_model::{Sampler, SamplingParams};
+use braid_text::tool_calls::{parse_answer, CallParser, Function, ToolSyntax};
 use braid_text::{Constraint, Grammars, TokenConstraint, Tokenizer};
 use rand::{Rng, SeedableRng};
 
@@ -23,7 +24,9 @@ fn generate(g: &Grammars, tok: &Tokenizer, c: Constraint, seed: u64) -> String {
     .with_constraint(Some(constraint));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut out = Vec::new();
-    for _ in 0..200 {
+    // Random logits: each character of a call's syntax is a token of its own, so a few
+    // calls in Qwen3-Coder's XML take some hundreds.
+    for _ in 0..1000 {
         let logits: Vec<f32> = (0..tok.vocab_size())
             .map(|_| rng.random_range(-5.0..5.0))
             .collect();
@@ -34,7 +37,7 @@ fn generate(g: &Grammars, tok: &Tokenizer, c: Constraint, seed: u64) -> String {
         out.push(t);
     }
     panic!(
-        "no end of sequence after 200 tokens: {:?}",
+        "no end of sequence after 1000 tokens: {:?}",
         tok.decode(&out, false)
     );
 }
@@ -109,52 +112,55 @@ fn tool_calls_follow_a_function_s_schema_and_read_back_as_calls() {
     let tok = tiny_tokenizer();
     let g = Grammars::new(&tok).unwrap();
     let functions = vec![
-        (
-            "get_weather".to_string(),
-            serde_json::json!({
+        Function {
+            name: "get_weather".to_string(),
+            schema: serde_json::json!({
                 "type": "object",
                 "properties": {"city": {"type": "string", "maxLength": 8},
                                "unit": {"enum": ["c", "f"]}},
                 "required": ["city", "unit"],
                 "additionalProperties": false
             }),
-        ),
-        (
-            "add".to_string(),
-            serde_json::json!({
+        },
+        Function {
+            name: "add".to_string(),
+            schema: serde_json::json!({
                 "type": "object",
                 "properties": {"a": {"type": "integer"}},
                 "required": ["a"],
                 "additionalProperties": false
             }),
-        ),
+        },
     ];
-    let names: Vec<String> = functions.iter().map(|(n, _)| n.clone()).collect();
-    for seed in 0..4 {
-        for parallel in [false, true] {
-            let c = Constraint::ToolCalls {
-                functions: functions.clone(),
-                parallel,
-            };
-            let text = generate(&g, &tok, c, seed);
-            let mut parser = braid_text::tool_calls::hermes::CallParser::new(names.clone(), true);
-            let (content, calls) = braid_text::tool_calls::hermes::parse_answer(&mut parser, &text);
-            assert_eq!(content, None, "{text:?}");
-            assert!(
-                !calls.is_empty() && (parallel || calls.len() == 1),
-                "{text:?}"
-            );
-            for call in calls {
-                let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
-                match call.name.as_str() {
-                    "get_weather" => assert!(
-                        args["city"]
-                            .as_str()
-                            .is_some_and(|c| c.chars().count() <= 8)
-                            && ["c", "f"].contains(&args["unit"].as_str().unwrap()),
-                        "{text:?}"
-                    ),
-                    _ => assert!(args["a"].is_i64(), "{text:?}"),
+    for syntax in ToolSyntax::ALL {
+        for seed in 0..4 {
+            for parallel in [false, true] {
+                let c = Constraint::ToolCalls {
+                    functions: functions.clone(),
+                    parallel,
+                    syntax,
+                };
+                let text = generate(&g, &tok, c, seed);
+                let mut parser = CallParser::new(syntax, functions.clone(), true);
+                let (content, calls) = parse_answer(&mut parser, &text);
+                let said = format!("{}: {text:?}", syntax.name());
+                assert_eq!(content, None, "{said}");
+                assert!(
+                    !calls.is_empty() && (parallel || calls.len() == 1),
+                    "{said}"
+                );
+                for call in calls {
+                    let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
+                    match call.name.as_str() {
+                        "get_weather" => assert!(
+                            args["city"]
+                                .as_str()
+                                .is_some_and(|c| c.chars().count() <= 8)
+                                && ["c", "f"].contains(&args["unit"].as_str().unwrap()),
+                            "{said}"
+                        ),
+                        _ => assert!(args["a"].is_i64(), "{said}"),
+                    }
                 }
             }
         }
@@ -164,8 +170,15 @@ fn tool_calls_follow_a_function_s_schema_and_read_back_as_calls() {
         serde_json::json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
     ] {
         let bad = Constraint::ToolCalls {
-            functions: vec![functions[1].clone(), ("f".into(), schema)],
+            functions: vec![
+                functions[1].clone(),
+                Function {
+                    name: "f".into(),
+                    schema,
+                },
+            ],
             parallel: false,
+            syntax: ToolSyntax::Hermes,
         };
         let e = g.compile(&bad).expect_err("refused");
         assert!(e.starts_with("the parameters of `f`: "), "{e}");

@@ -44,6 +44,24 @@ pub enum ReasoningParser {
     None,
 }
 
+/// How chat answers are read for tool calls (`--tool-call-parser`), by vLLM's parser names.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolCallParser {
+    /// The syntax the chat template writes calls in; Hermes for a template that renders no
+    /// tools (braid then describes them in Hermes's syntax itself).
+    Auto,
+    /// `<tool_call>{"name": ..., "arguments": ...}</tool_call>` (Qwen 2.5 and 3, Hermes).
+    Hermes,
+    /// `{"name": ..., "parameters": ...}` as the whole answer (Llama 3.1 to 3.3).
+    #[value(name = "llama3_json")]
+    Llama3Json,
+    /// `<tool_call><function=NAME><parameter=P>...` (Qwen3-Coder).
+    #[value(name = "qwen3_coder")]
+    Qwen3Coder,
+    /// `[TOOL_CALLS]` (Mistral Nemo, Small 3.2, Devstral, Ministral).
+    Mistral,
+}
+
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
     /// Address to listen on (0.0.0.0 to accept connections from other machines).
@@ -196,6 +214,12 @@ pub struct ServeArgs {
     /// thinking blocks in messages.
     #[arg(long, value_enum, default_value_t = ReasoningParser::Auto)]
     pub reasoning_parser: ReasoningParser,
+
+    /// The syntax tool calls are written in: read from the chat template by default (Hermes
+    /// `<tool_call>`, Llama 3 JSON, Qwen3-Coder XML or Mistral `[TOOL_CALLS]`). Forced calls
+    /// (`tool_choice` `required` or a named function) are held to the same syntax.
+    #[arg(long, value_enum, default_value_t = ToolCallParser::Auto)]
+    pub tool_call_parser: ToolCallParser,
 
     /// Memory for the Responses API's stored responses, in MiB (what `store` keeps and
     /// `previous_response_id` continues); the oldest leave first when it is full. 0: keep

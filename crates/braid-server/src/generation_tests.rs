@@ -132,6 +132,7 @@ fn fake_server_with_pool(
         max_request_tokens: 100_000,
         special_in_messages: false,
         reasoning_parser: crate::args::ReasoningParser::Auto,
+        tool_syntax: braid_text::tool_calls::ToolSyntax::Hermes,
     };
     state.set_ready(Ready {
         model: Some(m),

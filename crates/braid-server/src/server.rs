@@ -299,6 +299,17 @@ async fn lifecycle(
         ),
         (None, None) => unreachable!("a server without --model has --embedding-model"),
     };
+    let tool_syntax = crate::tools::served_syntax(
+        args.tool_call_parser,
+        model.as_ref().and_then(|m| m.chat_template.as_ref()),
+    )
+    .map_err(|e| {
+        tracing::error!("{e}");
+        anyhow::anyhow!(e)
+    })?;
+    if model.as_ref().is_some_and(|m| m.chat_template.is_some()) {
+        tracing::info!("tool calls are read in the {} syntax", tool_syntax.name());
+    }
     let limits = Limits {
         served_model_name: state.served_model_name.clone(),
         embedding_model_name: embedder.as_ref().map(|e| e.id().to_string()),
@@ -311,6 +322,7 @@ async fn lifecycle(
         max_request_tokens: args.max_request_tokens,
         special_in_messages: args.special_in_messages,
         reasoning_parser: args.reasoning_parser,
+        tool_syntax,
     };
     let ready = Ready::start(
         model,

@@ -1,15 +1,17 @@
 //! Tool calling as a chat request asks for it: which functions the model may call, whether
 //! it must call one, and how many calls one answer may hold.
 //!
-//! `required` and a named function are grammars over the Hermes call syntax, so the answer
-//! is calls whose arguments follow each function's `parameters` by construction; `auto`
-//! leaves the model free and reads back the calls it writes. `none` renders no tools at
-//! all: a model shown functions it may not call tends to call them anyway.
+//! `required` and a named function are grammars over the model's call syntax (the template's,
+//! or `--tool-call-parser`), so the answer is calls whose arguments follow each function's
+//! `parameters` by construction; `auto` leaves the model free and reads back the calls it
+//! writes. `none` renders no tools at all: a model shown functions it may not call tends to
+//! call them anyway.
 
+use crate::args::ToolCallParser;
 use crate::error::ValidationError;
 use crate::openai_types::{ChatCompletionRequest, ToolIn};
-use braid_text::tool_calls::hermes::CallParser;
-use braid_text::Constraint;
+use braid_text::tool_calls::{CallParser, Function, ToolSyntax};
+use braid_text::{ChatTemplate, Constraint};
 use serde_json::{json, Value};
 
 /// Most functions one request may offer, OpenAI's own bound. Every one is described in the
@@ -33,18 +35,30 @@ pub struct ToolCalling {
 /// How a choice's answer is read for calls.
 #[derive(Clone, Debug)]
 pub struct CallReading {
-    names: Vec<String>,
+    functions: Vec<Function>,
     parallel: bool,
+    syntax: ToolSyntax,
 }
 
 impl CallReading {
     pub fn parser(&self) -> CallParser {
-        CallParser::new(self.names.clone(), self.parallel)
+        CallParser::new(self.syntax, self.functions.clone(), self.parallel)
     }
 
     #[cfg(test)]
     pub(crate) fn for_names(names: Vec<String>, parallel: bool) -> Self {
-        Self { names, parallel }
+        let functions = names
+            .into_iter()
+            .map(|name| Function {
+                name,
+                schema: json!({"type": "object"}),
+            })
+            .collect();
+        Self {
+            functions,
+            parallel,
+            syntax: ToolSyntax::Hermes,
+        }
     }
 }
 
@@ -55,24 +69,61 @@ fn invalid(param: impl Into<String>, reason: impl Into<String>) -> ValidationErr
     }
 }
 
-/// A chat request's `tools`, `tool_choice` and `parallel_tool_calls`, checked together.
-pub fn tool_calling(req: &ChatCompletionRequest) -> Result<Option<ToolCalling>, ValidationError> {
+/// The syntax the served model's tool calls are read in: `parser` as given, or the chat
+/// template's. A template that renders no tools gets them described in the Hermes syntax, so
+/// any other syntax named for it is refused, saying so.
+pub fn served_syntax(
+    parser: ToolCallParser,
+    template: Option<&ChatTemplate>,
+) -> Result<ToolSyntax, String> {
+    let renders_tools = template.is_some_and(|t| t.knows_tools());
+    let named = match parser {
+        ToolCallParser::Auto => {
+            return Ok(match template.filter(|t| t.knows_tools()) {
+                Some(t) => ToolSyntax::of_template(t.source()),
+                None => ToolSyntax::Hermes,
+            })
+        }
+        ToolCallParser::Hermes => ToolSyntax::Hermes,
+        ToolCallParser::Llama3Json => ToolSyntax::Llama3Json,
+        ToolCallParser::Qwen3Coder => ToolSyntax::Qwen3Coder,
+        ToolCallParser::Mistral => ToolSyntax::Mistral,
+    };
+    if named != ToolSyntax::Hermes && !renders_tools {
+        return Err(format!(
+            "--tool-call-parser {} needs a chat template that renders tools; this model's does \
+             not, so braid describes tools to it in the Hermes syntax (drop the flag, or give a \
+             template that renders tools with --chat-template)",
+            named.name()
+        ));
+    }
+    Ok(named)
+}
+
+/// A chat request's `tools`, `tool_choice` and `parallel_tool_calls`, checked together, for a
+/// model that calls in `syntax`.
+pub fn tool_calling(
+    req: &ChatCompletionRequest,
+    syntax: ToolSyntax,
+) -> Result<Option<ToolCalling>, ValidationError> {
     offered(
         req.tools.as_deref().unwrap_or_default(),
         req.tool_choice.as_ref(),
         req.parallel_tool_calls,
+        syntax,
     )
 }
 
 /// The tools as a prompt offers them with `tool_choice: "auto"`, for /tokenize.
 pub fn rendered(tools: &[ToolIn]) -> Result<Option<Vec<Value>>, ValidationError> {
-    Ok(offered(tools, None, None)?.map(|t| t.rendered))
+    Ok(offered(tools, None, None, ToolSyntax::Hermes)?.map(|t| t.rendered))
 }
 
 fn offered(
     tools: &[ToolIn],
     tool_choice: Option<&Value>,
     parallel_tool_calls: Option<bool>,
+    syntax: ToolSyntax,
 ) -> Result<Option<ToolCalling>, ValidationError> {
     if tools.len() > MAX_TOOLS {
         return Err(invalid(
@@ -130,11 +181,14 @@ fn offered(
         };
     }
     let parallel = parallel_tool_calls.unwrap_or(true);
-    let functions = |wanted: Option<&str>| -> Vec<(String, Value)> {
+    let functions = |wanted: Option<&str>| -> Vec<Function> {
         tools
             .iter()
             .filter(|t| wanted.is_none_or(|w| w == t.function.name))
-            .map(|t| (t.function.name.clone(), arguments_schema(t)))
+            .map(|t| Function {
+                name: t.function.name.clone(),
+                schema: arguments_schema(t),
+            })
             .collect()
     };
     let enforced = match &choice {
@@ -143,11 +197,13 @@ fn offered(
         Choice::Required => Some(Constraint::ToolCalls {
             functions: functions(None),
             parallel,
+            syntax,
         }),
         // OpenAI's named choice is one call to that function.
         Choice::Named(name) => Some(Constraint::ToolCalls {
             functions: functions(Some(name)),
             parallel: false,
+            syntax,
         }),
     };
     let rendered = tools
@@ -157,7 +213,11 @@ fn offered(
     Ok(Some(ToolCalling {
         rendered,
         enforced,
-        reading: CallReading { names, parallel },
+        reading: CallReading {
+            functions: functions(None),
+            parallel,
+            syntax,
+        },
     }))
 }
 
@@ -290,13 +350,19 @@ mod tests {
         serde_json::from_value(body).unwrap()
     }
 
+    fn tool_calling_hermes(
+        req: &ChatCompletionRequest,
+    ) -> Result<Option<ToolCalling>, ValidationError> {
+        tool_calling(req, ToolSyntax::Hermes)
+    }
+
     fn tool(name: &str) -> Value {
         json!({"type": "function", "function": {"name": name, "parameters":
             {"type": "object", "properties": {"x": {"type": "integer"}}}}})
     }
 
     fn refused(body: Value) -> (String, String) {
-        match tool_calling(&request(body)).expect_err("refused") {
+        match tool_calling_hermes(&request(body)).expect_err("refused") {
             e @ ValidationError::InvalidTool { .. } => {
                 (e.param().unwrap().to_string(), e.to_string())
             }
@@ -306,23 +372,24 @@ mod tests {
 
     #[test]
     fn the_choice_decides_what_is_enforced() {
-        let auto = tool_calling(&request(json!({"tools": [tool("a"), tool("b")]})))
+        let auto = tool_calling_hermes(&request(json!({"tools": [tool("a"), tool("b")]})))
             .unwrap()
             .unwrap();
         assert!(auto.enforced.is_none());
         assert_eq!(auto.rendered.len(), 2);
         assert_eq!(auto.rendered[0]["function"]["name"], "a");
         let none = request(json!({"tools": [tool("a")], "tool_choice": "none"}));
-        assert!(tool_calling(&none).unwrap().is_none());
-        assert!(tool_calling(&request(json!({}))).unwrap().is_none());
+        assert!(tool_calling_hermes(&none).unwrap().is_none());
+        assert!(tool_calling_hermes(&request(json!({}))).unwrap().is_none());
         let required = request(
             json!({"tools": [tool("a"), tool("b")], "tool_choice": "required",
             "parallel_tool_calls": false}),
         );
-        match tool_calling(&required).unwrap().unwrap().enforced {
+        match tool_calling_hermes(&required).unwrap().unwrap().enforced {
             Some(Constraint::ToolCalls {
                 functions,
                 parallel,
+                ..
             }) => {
                 assert_eq!(functions.len(), 2);
                 assert!(!parallel);
@@ -331,10 +398,10 @@ mod tests {
         }
         let named = request(json!({"tools": [tool("a"), tool("b")],
             "tool_choice": {"type": "function", "function": {"name": "b"}}}));
-        match tool_calling(&named).unwrap().unwrap().enforced {
+        match tool_calling_hermes(&named).unwrap().unwrap().enforced {
             Some(Constraint::ToolCalls { functions, .. }) => {
                 assert_eq!(functions.len(), 1);
-                assert_eq!(functions[0].0, "b");
+                assert_eq!(functions[0].name, "b");
             }
             other => panic!("{other:?}"),
         }
@@ -342,9 +409,9 @@ mod tests {
             json!({"tools": [{"type": "function", "function": {"name": "f"}}],
             "tool_choice": "required"}),
         );
-        match tool_calling(&bare).unwrap().unwrap().enforced {
+        match tool_calling_hermes(&bare).unwrap().unwrap().enforced {
             Some(Constraint::ToolCalls { functions, .. }) => {
-                assert_eq!(functions[0].1["additionalProperties"], false)
+                assert_eq!(functions[0].schema["additionalProperties"], false)
             }
             other => panic!("{other:?}"),
         }

@@ -201,8 +201,12 @@ pub fn chat(
             reason: "without `logprobs: true`",
         });
     }
-    let tools = tool_calling(req)?;
-    let decoding = Decoding::of(&f, logprobs, tools.as_ref(), model, limits)?;
+    let tools = tool_calling(req, limits.tool_syntax)?;
+    let mut decoding = Decoding::of(&f, logprobs, tools.as_ref(), model, limits)?;
+    // Calls written with special tokens (Mistral's `[TOOL_CALLS]`) are read from the text.
+    if tools.is_some() && limits.tool_syntax.needs_marks() && f.skip_special_tokens.is_none() {
+        decoding.skip_special_tokens = false;
+    }
     let messages = req
         .messages
         .as_ref()

@@ -84,6 +84,7 @@ fn limits() -> Limits {
         max_request_tokens: 100_000,
         special_in_messages: false,
         reasoning_parser: braid_server::args::ReasoningParser::Auto,
+        tool_syntax: braid_text::tool_calls::ToolSyntax::Hermes,
     }
 }
 

@@ -2,7 +2,8 @@
 //! minijinja.
 //!
 //! Templates are written for Python's Jinja2, so Python string methods (`.strip()`,
-//! `.startswith()`) are enabled, and `raise_exception` is provided as Hugging Face does.
+//! `.startswith()`) are enabled, and `raise_exception` and `strftime_now` are provided as
+//! Hugging Face provides them.
 //!
 //! A model without a template gets none: base models (Gemma 3 270M) were never trained on a
 //! turn format, and any format braid guessed would render prompts the model cannot read while
@@ -56,6 +57,10 @@ impl ChatTemplate {
                 ))
             },
         );
+        // Hugging Face's: today's date (UTC) in the template's format.
+        env.add_function("strftime_now", |format: String| -> String {
+            jiff::Timestamp::now().strftime(&format).to_string()
+        });
         env.add_filter("tojson", tojson);
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TextError::Template(e.to_string()))?;

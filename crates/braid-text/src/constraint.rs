@@ -15,6 +15,7 @@
 //! sequence ends rather than going on unconstrained.
 
 use crate::tokenizer::Tokenizer;
+use crate::tool_calls::{Function, ToolSyntax};
 use llguidance::api::{ParserLimits, TopLevelGrammar};
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
 use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
@@ -36,11 +37,11 @@ pub enum Constraint {
     /// Text of this grammar, in llama.cpp's GBNF (compiled as the Lark [`crate::gbnf`]
     /// translates it to).
     Gbnf(String),
-    /// Nothing but calls to these functions (name, JSON Schema of the arguments) in the
-    /// Hermes syntax: one, or with `parallel` one or more.
+    /// Nothing but calls to these functions in `syntax`: one, or with `parallel` one or more.
     ToolCalls {
-        functions: Vec<(String, serde_json::Value)>,
+        functions: Vec<Function>,
         parallel: bool,
+        syntax: ToolSyntax,
     },
 }
 
@@ -69,7 +70,7 @@ impl Constraint {
             Constraint::Choice(choices) => choices.iter().map(|c| c.len() + 1).sum(),
             Constraint::ToolCalls { functions, .. } => functions
                 .iter()
-                .map(|(name, schema)| name.len() + schema.to_string().len())
+                .map(|f| f.name.len() + f.schema.to_string().len())
                 .sum(),
         }
     }
@@ -110,6 +111,8 @@ pub struct Grammars {
     /// Every id that ends a generation; the trie knows only one, so the others are allowed
     /// wherever it is.
     eos_ids: Vec<u32>,
+    /// The special tokens by their text, for grammars that must write one (a tool-call mark).
+    special_ids: std::collections::HashMap<String, u32>,
 }
 
 impl Grammars {
@@ -120,9 +123,19 @@ impl Grammars {
             .map_err(|e| e.to_string())?;
         factory.quiet();
         *factory.limits_mut() = limits();
+        let special_ids = (0..tokenizer.vocab_size() as u32)
+            .filter(|&id| tokenizer.is_special(id))
+            .map(|id| {
+                (
+                    String::from_utf8_lossy(tokenizer.token_bytes(id)).into_owned(),
+                    id,
+                )
+            })
+            .collect();
         Ok(Self {
             factory,
             eos_ids: tokenizer.eos_token_ids().to_vec(),
+            special_ids,
         })
     }
 
@@ -174,21 +187,29 @@ impl Grammars {
             Constraint::ToolCalls {
                 functions,
                 parallel,
+                syntax,
             } => {
                 // A schema nested in a grammar is compiled lazily, when the output reaches it:
                 // each one is compiled alone first, so a bad one is refused here, naming its
                 // function, rather than ending a call half-written.
-                for (name, schema) in functions {
-                    self.compile_unbounded(&Constraint::JsonSchema(schema.clone()))
-                        .map_err(|e| format!("the parameters of `{name}`: {e}"))?;
+                for f in functions {
+                    self.compile_unbounded(&Constraint::JsonSchema(f.schema.clone()))
+                        .map_err(|e| format!("the parameters of `{}`: {e}", f.name))?;
+                    if *syntax == ToolSyntax::Qwen3Coder {
+                        if let Some(why) = crate::tool_calls::qwen3_coder::unenforceable(f) {
+                            return Err(format!("the parameters of `{}`: {why}", f.name));
+                        }
+                    }
                 }
-                let functions: Vec<(String, serde_json::Value)> = functions
+                let functions: Vec<Function> = functions
                     .iter()
-                    .map(|(name, schema)| (name.clone(), compact_json(schema.clone())))
+                    .map(|f| Function {
+                        name: f.name.clone(),
+                        schema: compact_json(f.schema.clone()),
+                    })
                     .collect();
-                TopLevelGrammar::from_lark(crate::tool_calls::hermes::calls_grammar(
-                    &functions, *parallel,
-                ))
+                let mark = |text: &str| self.special_ids.get(text).map(|id| format!("<[{id}]>"));
+                TopLevelGrammar::from_lark(syntax.calls_grammar(&functions, *parallel, &mark))
             }
         };
         let parser = self.factory.create_parser(grammar).map_err(problem)?;
@@ -227,8 +248,10 @@ fn json_grammar(schema: serde_json::Value) -> TopLevelGrammar {
     TopLevelGrammar::from_json_schema(compact_json(schema))
 }
 
-/// `schema` with llguidance's options for [`json_grammar`]'s layout, unless it sets its own.
+/// `schema` with llguidance's options for [`json_grammar`]'s layout, unless it sets its own,
+/// and its numbers bounded ([`bound_numbers`]).
 fn compact_json(mut schema: serde_json::Value) -> serde_json::Value {
+    bound_numbers(&mut schema);
     if let Some(obj) = schema.as_object_mut() {
         if !obj.contains_key("x-guidance") {
             JsonCompileOptions {
@@ -241,6 +264,53 @@ fn compact_json(mut schema: serde_json::Value) -> serde_json::Value {
         }
     }
     schema
+}
+
+/// The largest magnitude of a number a schema leaves unbounded: 15 digits, as llama.cpp's
+/// JSON grammars allow. Unbounded, a small model writes digits until `max_tokens` (seen with
+/// a forced call's integer argument on a random-weight model), and the client gets no JSON.
+pub const NUMBER_BOUND: f64 = 999_999_999_999_999.0;
+
+/// Every integer or number schema in `schema` gets `minimum` and `maximum` of
+/// ±[`NUMBER_BOUND`] where it sets none of its own on that side.
+fn bound_numbers(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    match schema {
+        Value::Object(map) => {
+            let numeric = map.get("type").is_some_and(|t| {
+                let is = |t: &Value| t == "integer" || t == "number";
+                is(t) || t.as_array().is_some_and(|a| a.iter().any(is))
+            });
+            if numeric && !map.contains_key("enum") && !map.contains_key("const") {
+                let integer = map.get("type").is_some_and(|t| {
+                    t == "integer"
+                        || t.as_array()
+                            .is_some_and(|a| a.iter().all(|t| t == "integer" || t == "null"))
+                });
+                let bound = |v: f64| {
+                    if integer {
+                        Value::from(v as i64)
+                    } else {
+                        Value::from(v)
+                    }
+                };
+                if !map.contains_key("minimum") && !map.contains_key("exclusiveMinimum") {
+                    map.insert("minimum".into(), bound(-NUMBER_BOUND));
+                }
+                if !map.contains_key("maximum") && !map.contains_key("exclusiveMaximum") {
+                    map.insert("maximum".into(), bound(NUMBER_BOUND));
+                }
+            }
+            for (key, child) in map.iter_mut() {
+                // Values that are data, not schemas.
+                if !["enum", "const", "default", "examples", "x-guidance"].contains(&key.as_str()) {
+                    bound_numbers(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_numbers),
+        _ => {}
+    }
 }
 
 /// The vocabulary as a trie of byte strings. Special tokens (`<|im_end|>`) get toktrie's
@@ -378,6 +448,24 @@ fn only(logits: &mut [f32], ids: &[u32]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unbounded_numbers_get_fifteen_digits_and_bounds_given_stay() {
+        let mut schema = serde_json::json!({"type": "object", "properties": {
+            "n": {"type": "integer"},
+            "x": {"type": ["number", "null"], "minimum": 0},
+            "e": {"type": "integer", "enum": [1, 2]},
+            "d": {"type": "integer", "default": 5},
+        }});
+        bound_numbers(&mut schema);
+        let p = &schema["properties"];
+        assert_eq!(p["n"]["minimum"], -999_999_999_999_999_i64);
+        assert_eq!(p["n"]["maximum"], 999_999_999_999_999_i64);
+        assert_eq!(p["x"]["minimum"], 0);
+        assert_eq!(p["x"]["maximum"], NUMBER_BOUND);
+        assert!(p["e"].get("maximum").is_none());
+        assert_eq!(p["d"]["default"], 5);
+    }
+
     use super::*;
 
     fn tiny_tokenizer() -> Tokenizer {

@@ -12,7 +12,7 @@
 //! it is known. Text after the closing tag is the reply; an answer cut off inside the
 //! reasoning has reasoning only.
 
-use crate::tool_calls::hermes::partial_suffix;
+use crate::tool_calls::partial_suffix;
 
 /// The tags a template's reasoning is written between.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use braid_engine::FinishReason;
 use braid_model::LoadedModel;
 use braid_text::reasoning::{split_answer, Part, ReasoningSplitter, ReasoningSyntax};
-use braid_text::tool_calls::hermes::{parse_answer, CallParser, ParsedCall, Piece};
+use braid_text::tool_calls::{parse_answer, CallParser, ParsedCall, Piece};
 use std::sync::Arc;
 
 pub async fn chat_completions(

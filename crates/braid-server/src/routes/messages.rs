@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use braid_engine::FinishReason;
 use braid_text::reasoning::{split_answer, Part, ReasoningSplitter};
-use braid_text::tool_calls::hermes::{parse_answer, CallParser, ParsedCall, Piece};
+use braid_text::tool_calls::{parse_answer, CallParser, ParsedCall, Piece};
 use serde_json::{json, Map, Value};
 
 pub async fn messages(
@@ -837,7 +837,7 @@ mod tests {
         let mut f = MessagesFormat {
             id: "msg-1".into(),
             model: "m".into(),
-            reader: Some(CallParser::new(vec!["f".into()], false)),
+            reader: Some(crate::tools::CallReading::for_names(vec!["f".into()], false).parser()),
             splitter: Some(ReasoningSplitter::new(braid_text::reasoning::THINK, false)),
             input_tokens: 3,
             open: None,

@@ -38,7 +38,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use braid_engine::FinishReason;
 use braid_text::reasoning::{Part, ReasoningSplitter, ReasoningSyntax};
-use braid_text::tool_calls::hermes::{parse_answer, CallParser, ParsedCall, Piece};
+use braid_text::tool_calls::{parse_answer, CallParser, ParsedCall, Piece};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -754,7 +754,7 @@ mod tests {
         };
         ResponsesFormat::new(
             Shape::of(&req, "resp_k1".into(), "m".into(), false, options),
-            Some(CallParser::new(vec!["f".into()], false)),
+            Some(crate::tools::CallReading::for_names(vec!["f".into()], false).parser()),
             Some(ReasoningSplitter::new(THINK, false)),
             None,
         )

@@ -30,4 +30,7 @@ pub struct Limits {
     pub special_in_messages: bool,
     /// Where chat answers' reasoning is found (`--reasoning-parser`).
     pub reasoning_parser: crate::args::ReasoningParser,
+    /// The syntax the model's tool calls are written and forced in (`--tool-call-parser`, by
+    /// default the template's).
+    pub tool_syntax: braid_text::tool_calls::ToolSyntax,
 }
