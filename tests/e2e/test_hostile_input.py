@@ -155,7 +155,7 @@ BAD = [
     ("required tool with a recursive schema", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}}]}, None, True),
     ("required tool with a huge schema", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tool_choice": "required", "tools": [tool(f"f{i}", 40) for i in range(100)]}, None, True),
     ("tools on /v1/completions", 400, "POST", "/v1/completions", {"prompt": "a", "tools": [tool("f")]}, None, True),
-    ("tools with response_format", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool("f")], "response_format": {"type": "json_object"}}, None, True),
+    ("tools with guided_regex", 400, "POST", "/v1/chat/completions", {"messages": USER_A, "tools": [tool("f")], "guided_regex": "a+"}, None, True),
     ("tool message without tool_call_id", 400, "POST", "/v1/chat/completions", {"messages": [*USER_A, {"role": "tool", "content": "1"}]}, None, True),
     ("tool message answering no call", 400, "POST", "/v1/chat/completions", {"messages": [*USER_A, {"role": "tool", "tool_call_id": "call_x", "content": "1"}]}, None, True),
     ("assistant call with non-JSON arguments", 400, "POST", "/v1/chat/completions", {"messages": [*USER_A, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]}, None, True),

@@ -218,9 +218,39 @@ def test_auto_answers_with_text_or_with_valid_calls(client):
             if calls:
                 assert finish == "tool_calls"
                 for c in calls:
-                    assert c.function.name in SCHEMAS and isinstance(json.loads(c.function.arguments), dict)
+                    # Opened in `auto`, a call is held to the grammar: its arguments validate.
+                    jsonschema.validate(json.loads(c.function.arguments), SCHEMAS[c.function.name])
             else:
                 assert finish in ("stop", "length") and text
+            if finish != "length":
+                assert "<tool_call>" not in text, "an opened call always completes as a call"
+
+
+# A conversation whose earlier turn called a tool: SmolLM2 then tends to call again.
+FEW_SHOT = [
+    {"role": "user", "content": "What is the weather in Oslo?"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "celsius"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "Cold, -3 C"},
+    {"role": "assistant", "content": "It is cold in Oslo: -3 C."},
+]
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 80}}, "required": ["answer"], "additionalProperties": False}
+
+
+def test_with_a_response_format_the_answer_is_its_json_or_calls(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
+    seen = set()
+    for prompt in ["What is the weather in Paris?", "What is 2 plus 3?", "Say hello."]:
+        messages = [*FEW_SHOT, {"role": "user", "content": prompt}]
+        choice = client.chat.completions.create(model="", messages=messages, tools=TOOLS, response_format=fmt, max_tokens=80, temperature=0).choices[0]
+        if choice.message.tool_calls:
+            seen.add("calls")
+            assert choice.finish_reason == "tool_calls"
+            for c in choice.message.tool_calls:
+                jsonschema.validate(json.loads(c.function.arguments), SCHEMAS[c.function.name])
+        elif choice.finish_reason == "stop":
+            seen.add("json")
+            jsonschema.validate(json.loads(choice.message.content), ANSWER)
+    assert seen, "every answer was cut by max_tokens"
 
 
 def test_128_tools_are_accepted(client):

@@ -3,7 +3,7 @@
 //! exactly as one computed in place.
 
 use braid_model::{Sampler, SamplingParams};
-use braid_text::tool_calls::{parse_answer, CallParser, Function, ToolSyntax};
+use braid_text::tool_calls::{parse_answer, Besides, CallParser, Function, ToolSyntax};
 use braid_text::{Constraint, Grammars, TokenConstraint, Tokenizer};
 use rand::{Rng, SeedableRng};
 
@@ -139,6 +139,7 @@ fn tool_calls_follow_a_function_s_schema_and_read_back_as_calls() {
                     functions: functions.clone(),
                     parallel,
                     syntax,
+                    besides: Besides::Nothing,
                 };
                 let text = generate(&g, &tok, c, seed);
                 let mut parser = CallParser::new(syntax, functions.clone(), true);
@@ -179,6 +180,7 @@ fn tool_calls_follow_a_function_s_schema_and_read_back_as_calls() {
             ],
             parallel: false,
             syntax: ToolSyntax::Hermes,
+            besides: Besides::Nothing,
         };
         let e = g.compile(&bad).expect_err("refused");
         assert!(e.starts_with("the parameters of `f`: "), "{e}");

@@ -10,7 +10,7 @@
 use crate::args::ToolCallParser;
 use crate::error::ValidationError;
 use crate::openai_types::{ChatCompletionRequest, ToolIn};
-use braid_text::tool_calls::{CallParser, Function, ToolSyntax};
+use braid_text::tool_calls::{Besides, CallParser, Function, ToolSyntax};
 use braid_text::{ChatTemplate, Constraint};
 use serde_json::{json, Value};
 
@@ -27,7 +27,8 @@ pub struct ToolCalling {
     /// The functions as templates and the tools prompt render them: OpenAI's
     /// `{"type": "function", "function": {...}}` objects.
     pub rendered: Vec<Value>,
-    /// The grammar of a call the model must make (`required` or a named function).
+    /// The grammar of the answer: calls only (`required`, a named function), or free text in
+    /// which every call is held to the functions once it opens (`auto`).
     pub enforced: Option<Constraint>,
     pub reading: CallReading,
 }
@@ -193,17 +194,25 @@ fn offered(
     };
     let enforced = match &choice {
         Choice::None => return Ok(None),
-        Choice::Auto => None,
+        // Free text, and every call it opens held to the functions' grammar.
+        Choice::Auto => Some(Constraint::ToolCalls {
+            functions: functions(None),
+            parallel,
+            syntax,
+            besides: Besides::Text,
+        }),
         Choice::Required => Some(Constraint::ToolCalls {
             functions: functions(None),
             parallel,
             syntax,
+            besides: Besides::Nothing,
         }),
         // OpenAI's named choice is one call to that function.
         Choice::Named(name) => Some(Constraint::ToolCalls {
             functions: functions(Some(name)),
             parallel: false,
             syntax,
+            besides: Besides::Nothing,
         }),
     };
     let rendered = tools
@@ -375,7 +384,13 @@ mod tests {
         let auto = tool_calling_hermes(&request(json!({"tools": [tool("a"), tool("b")]})))
             .unwrap()
             .unwrap();
-        assert!(auto.enforced.is_none());
+        assert!(matches!(
+            auto.enforced,
+            Some(Constraint::ToolCalls {
+                besides: Besides::Text,
+                ..
+            })
+        ));
         assert_eq!(auto.rendered.len(), 2);
         assert_eq!(auto.rendered[0]["function"]["name"], "a");
         let none = request(json!({"tools": [tool("a")], "tool_choice": "none"}));

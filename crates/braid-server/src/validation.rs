@@ -29,11 +29,14 @@ pub use prompt::{encode, known_token_ids};
 use crate::args::ReasoningParser;
 use crate::error::ValidationError;
 use crate::field_bounds::{LOGPROBS, MAX_CHOICES, PROMPT_LOGPROBS, TOP_LOGPROBS};
-use crate::openai_types::{ChatCompletionRequest, CompletionRequest, SamplingFields};
+use crate::openai_types::{
+    ChatCompletionRequest, CompletionRequest, ResponseFormat, SamplingFields,
+};
 use crate::tools::{tool_calling, CallReading, ToolCalling};
 use braid_model::{LoadedModel, SamplingParams};
 use braid_text::reasoning::ReasoningSyntax;
-use braid_text::TokenConstraint;
+use braid_text::tool_calls::Besides;
+use braid_text::{Constraint, TokenConstraint};
 use constraint::constraint;
 use messages::chat_template;
 use prompt::prompts;
@@ -233,17 +236,28 @@ pub fn chat(
     };
     let max_tokens = max_tokens(field, requested, None, prompt.len(), limits)?;
     within_budget("messages", prompt.len(), max_tokens, n, n, limits)?;
+    let free_text = tools.as_ref().is_some_and(|t| {
+        matches!(
+            t.enforced,
+            Some(Constraint::ToolCalls {
+                besides: Besides::Text,
+                ..
+            })
+        )
+    }) && matches!(f.response_format, None | Some(ResponseFormat::Text));
     let mut valid = decoding.request(prompt, max_tokens, None, n);
     valid.tools = tools.map(|t| t.reading);
-    valid.reasoning = reasoning(&valid, model, limits);
+    valid.reasoning = reasoning(&valid, free_text, model, limits);
     Ok(valid)
 }
 
 /// Where a chat answer's reasoning is (`--reasoning-parser`, by default the template's), and
 /// whether the prompt left it open. An answer held to a grammar (a structured output, a
-/// forced call) is all reply: the grammar leaves the model no room to reason first.
+/// forced call) is all reply: the grammar leaves the model no room to reason first; the
+/// `auto` tools grammar (`free_text`) leaves text free, reasoning too.
 fn reasoning(
     valid: &ValidatedRequest,
+    free_text: bool,
     model: &LoadedModel,
     limits: &Limits,
 ) -> Option<(ReasoningSyntax, bool)> {
@@ -256,7 +270,7 @@ fn reasoning(
     };
     // The prompt's last few tokens hold any tag the template ended it with.
     let tail = &valid.prompt[valid.prompt.len().saturating_sub(16)..];
-    let inside = valid.constraint.is_none()
+    let inside = (valid.constraint.is_none() || free_text)
         && syntax.prompt_opens_reasoning(&model.tokenizer.decode(tail, false));
     Some((syntax, inside))
 }

@@ -661,7 +661,8 @@ fn tools_are_offered_in_the_prompt_and_required_calls_are_a_grammar() {
         m.tokenizer.decode(&auto.prompt, false),
         "[get_weather]weather?"
     );
-    assert!(auto.tools.is_some() && auto.constraint.is_none());
+    // `auto` is a grammar too: free text, and calls held to the functions once opened.
+    assert!(auto.tools.is_some() && auto.constraint.is_some());
     let none = chat_with(serde_json::json!({"tools": tools, "tool_choice": "none"})).unwrap();
     assert_eq!(none.prompt, plain.prompt);
     assert!(none.tools.is_none());
@@ -670,6 +671,14 @@ fn tools_are_offered_in_the_prompt_and_required_calls_are_a_grammar() {
     assert!(required.tools.is_some() && required.constraint.is_some());
     let e = chat_with(serde_json::json!({"tools": tools, "guided_regex": "a+"})).unwrap_err();
     assert_eq!(e.param(), Some("tools"));
+    let format = serde_json::json!({"type": "json_schema", "json_schema": {"name": "a",
+        "schema": {"type": "object"}}});
+    let both = chat_with(serde_json::json!({"tools": tools, "response_format": format})).unwrap();
+    assert!(both.tools.is_some() && both.constraint.is_some());
+    let bad = serde_json::json!({"type": "json_schema", "json_schema": {"name": "a",
+        "schema": {"type": 5}}});
+    let e = chat_with(serde_json::json!({"tools": tools, "response_format": bad})).unwrap_err();
+    assert_eq!(e.param(), Some("response_format"));
 }
 
 #[test]

@@ -15,7 +15,7 @@
 //! sequence ends rather than going on unconstrained.
 
 use crate::tokenizer::Tokenizer;
-use crate::tool_calls::{Function, ToolSyntax};
+use crate::tool_calls::{Besides, Function, ToolSyntax};
 use llguidance::api::{ParserLimits, TopLevelGrammar};
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
 use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
@@ -37,11 +37,13 @@ pub enum Constraint {
     /// Text of this grammar, in llama.cpp's GBNF (compiled as the Lark [`crate::gbnf`]
     /// translates it to).
     Gbnf(String),
-    /// Nothing but calls to these functions in `syntax`: one, or with `parallel` one or more.
+    /// Calls to these functions in `syntax` (one, or with `parallel` one or more), and
+    /// `besides` them nothing, free text, or JSON of a schema.
     ToolCalls {
         functions: Vec<Function>,
         parallel: bool,
         syntax: ToolSyntax,
+        besides: Besides,
     },
 }
 
@@ -68,10 +70,19 @@ impl Constraint {
             Constraint::JsonSchema(schema) => schema.to_string().len(),
             Constraint::Regex(src) | Constraint::Lark(src) | Constraint::Gbnf(src) => src.len(),
             Constraint::Choice(choices) => choices.iter().map(|c| c.len() + 1).sum(),
-            Constraint::ToolCalls { functions, .. } => functions
-                .iter()
-                .map(|f| f.name.len() + f.schema.to_string().len())
-                .sum(),
+            Constraint::ToolCalls {
+                functions, besides, ..
+            } => {
+                let answer = match besides {
+                    Besides::Json(schema) => schema.to_string().len(),
+                    Besides::Nothing | Besides::Text => 0,
+                };
+                answer
+                    + functions
+                        .iter()
+                        .map(|f| f.name.len() + f.schema.to_string().len())
+                        .sum::<usize>()
+            }
         }
     }
 }
@@ -188,6 +199,7 @@ impl Grammars {
                 functions,
                 parallel,
                 syntax,
+                besides,
             } => {
                 // A schema nested in a grammar is compiled lazily, when the output reaches it:
                 // each one is compiled alone first, so a bad one is refused here, naming its
@@ -209,7 +221,13 @@ impl Grammars {
                     })
                     .collect();
                 let mark = |text: &str| self.special_ids.get(text).map(|id| format!("<[{id}]>"));
-                TopLevelGrammar::from_lark(syntax.calls_grammar(&functions, *parallel, &mark))
+                let besides = match besides {
+                    Besides::Json(schema) => Besides::Json(compact_json(schema.clone())),
+                    other => other.clone(),
+                };
+                TopLevelGrammar::from_lark(
+                    syntax.calls_grammar(&functions, *parallel, &mark, &besides),
+                )
             }
         };
         let parser = self.factory.create_parser(grammar).map_err(problem)?;

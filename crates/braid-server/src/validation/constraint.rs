@@ -1,10 +1,13 @@
 //! Structured outputs: `response_format`, vLLM's `structured_outputs` and `guided_*`
-//! fields, and a required tool call, as one grammar compiled against the vocabulary.
+//! fields, and tool calls (forced, or in `auto` held to their schemas once opened, the rest
+//! of the answer free or, with a `response_format`, its JSON), as one grammar compiled
+//! against the vocabulary.
 
 use crate::error::ValidationError;
 use crate::openai_types::{ResponseFormat, SamplingFields};
 use crate::tools::ToolCalling;
 use braid_model::LoadedModel;
+use braid_text::tool_calls::Besides;
 use braid_text::{Constraint, TokenConstraint};
 use serde_json::Value;
 
@@ -70,17 +73,46 @@ pub(super) fn constraint(
         }
         given.extend(inner.into_iter().map(|c| (FIELD, c)));
     }
-    // An answer either follows a format or may call tools: one grammar cannot leave room
-    // for both.
+    // With tools, a response format is what an answer that is not a call follows (in `auto`;
+    // a forced answer is all calls). Other constraints leave no room for calls.
     if let Some(tools) = tools {
-        if let Some((first, _)) = given.first() {
-            return Err(ValidationError::TwoConstraints {
-                first,
-                second: "tools",
-            });
+        let format = match given.as_slice() {
+            [] => None,
+            [("response_format", format)] => Some(format.clone()),
+            [(first, _), ..] => {
+                return Err(ValidationError::TwoConstraints {
+                    first,
+                    second: "tools",
+                })
+            }
+        };
+        given.clear();
+        if let Some(format) = &format {
+            // Compiled alone first, so that a bad schema is refused under its own name.
+            compile(model, "response_format", format)?;
         }
         if let Some(call) = &tools.enforced {
-            given.push(("tools", call.clone()));
+            let call = match (call, format) {
+                (
+                    Constraint::ToolCalls {
+                        functions,
+                        parallel,
+                        syntax,
+                        besides: Besides::Text,
+                    },
+                    Some(format),
+                ) => Constraint::ToolCalls {
+                    functions: functions.clone(),
+                    parallel: *parallel,
+                    syntax: *syntax,
+                    besides: Besides::Json(match format {
+                        Constraint::JsonSchema(schema) => schema,
+                        _ => serde_json::json!({"type": "object"}),
+                    }),
+                },
+                (call, _) => call.clone(),
+            };
+            given.push(("tools", call));
         }
     }
     let (field, wanted) = match given.len() {
@@ -93,12 +125,28 @@ pub(super) fn constraint(
             })
         }
     };
-    if f.ignore_eos == Some(true) {
+    // Free text around calls never completes the grammar, so it never forces the end.
+    let free_text = matches!(
+        wanted,
+        Constraint::ToolCalls {
+            besides: Besides::Text,
+            ..
+        }
+    );
+    if f.ignore_eos == Some(true) && !free_text {
         return Err(ValidationError::Unsupported {
             field: "ignore_eos",
             reason: "with a structured output, which ends where its grammar is complete",
         });
     }
+    compile(model, field, &wanted).map(Some)
+}
+
+fn compile(
+    model: &LoadedModel,
+    field: &'static str,
+    wanted: &Constraint,
+) -> Result<TokenConstraint> {
     let grammars = model
         .grammars
         .as_ref()
@@ -107,8 +155,7 @@ pub(super) fn constraint(
             problem: problem.clone(),
         })?;
     grammars
-        .compile(&wanted)
-        .map(Some)
+        .compile(wanted)
         .map_err(|problem| ValidationError::Grammar { field, problem })
 }
 

@@ -976,4 +976,4 @@ fn class_char(c: char, out: &mut String) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -283,7 +283,7 @@ fn each_error_names_the_problem_and_its_line() {
 
 /// Compiles GBNF over the tiny model's byte-level vocabulary and feeds text a byte at a
 /// time, as a model that spells everything out would write it.
-struct Checker {
+pub(crate) struct Checker {
     grammars: Grammars,
     byte_ids: Vec<u32>,
     eos: u32,
@@ -291,7 +291,7 @@ struct Checker {
 }
 
 impl Checker {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let tok = crate::tiny_vocab::tokenizer();
         let byte_ids = (0..=255u8)
             .map(|b| {
@@ -309,13 +309,17 @@ impl Checker {
     }
 
     fn compile(&self, gbnf: &str) -> TokenConstraint {
+        self.constraint(&Constraint::Gbnf(gbnf.into()))
+    }
+
+    pub(crate) fn constraint(&self, c: &Constraint) -> TokenConstraint {
         self.grammars
-            .compile(&Constraint::Gbnf(gbnf.into()))
-            .unwrap_or_else(|e| panic!("{gbnf:?}: {e}"))
+            .compile(c)
+            .unwrap_or_else(|e| panic!("{c:?}: {e}"))
     }
 
     /// Whether the grammar allows each byte of `text` in turn and then the end.
-    fn accepts(&self, constraint: &TokenConstraint, text: &str) -> bool {
+    pub(crate) fn accepts(&self, constraint: &TokenConstraint, text: &str) -> bool {
         let mut c = constraint.clone();
         let mut logits = vec![0.0; self.vocab];
         for b in text.bytes() {

@@ -9,7 +9,7 @@
 //! gets them (in whichever syntax it teaches); for any other, [`describe_tools`] rewrites the
 //! conversation into plain turns in this syntax.
 
-use super::{lark_string, start_rule, Function};
+use super::{body_rule, lark_string, CallRules, Function, Trigger};
 use crate::chat_template::ChatMessage;
 use crate::python_json::python_json;
 use serde_json::Value;
@@ -116,18 +116,23 @@ pub fn describe_tools(messages: Vec<ChatMessage>, tools: Option<&[Value]>) -> Ve
     out
 }
 
-/// Calls separated by newlines.
-pub fn calls_grammar(functions: &[Function], parallel: bool) -> String {
-    let mut g = start_rule(functions.len(), parallel, "\"\\n\"");
+/// Calls separated by newlines, each opened by `<tool_call>`.
+pub(super) fn call_rules(functions: &[Function]) -> CallRules {
+    let mut rules = body_rule(functions.len());
     for (i, f) in functions.iter().enumerate() {
-        g.push_str(&format!(
-            "call_{i}: {} args_{i} {}\nargs_{i}: %json {}\n",
-            lark_string(&call_head(&f.name)),
+        let head = &call_head(&f.name)[CALL_OPEN.len()..];
+        rules.push_str(&format!(
+            "body_{i}: {} args_{i} {}\nargs_{i}: %json {}\n",
+            lark_string(head),
             lark_string(CALL_TAIL),
             f.schema
         ));
     }
-    g
+    CallRules {
+        trigger: Trigger::Text(CALL_OPEN),
+        rules,
+        separator: Some(lark_string("\n")),
+    }
 }
 
 /// The call of one `<tool_call>` block.

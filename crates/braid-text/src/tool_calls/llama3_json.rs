@@ -3,7 +3,7 @@
 //! `<|python_tag|>`; several calls are separated by `;`. An answer that starts with anything
 //! else is text, as vLLM's `llama3_json` parser reads it.
 
-use super::{lark_string, start_rule, Function};
+use super::{body_rule, lark_string, CallRules, Function, Trigger};
 use serde_json::Value;
 
 pub const PYTHON_TAG: &str = "<|python_tag|>";
@@ -18,15 +18,20 @@ pub(super) fn read_block(raw: &str) -> Option<Vec<(String, Value)>> {
     Some(vec![(name, arguments.clone())])
 }
 
-pub fn calls_grammar(functions: &[Function], parallel: bool) -> String {
-    let mut g = start_rule(functions.len(), parallel, "\"; \"");
+/// Calls separated by `; `, from the answer's start.
+pub(super) fn call_rules(functions: &[Function]) -> CallRules {
+    let mut rules = body_rule(functions.len());
     for (i, f) in functions.iter().enumerate() {
         let head = format!("{{\"name\": {}, \"parameters\": ", lark_string(&f.name));
-        g.push_str(&format!(
-            "call_{i}: {} args_{i} \"}}\"\nargs_{i}: %json {}\n",
+        rules.push_str(&format!(
+            "body_{i}: {} args_{i} \"}}\"\nargs_{i}: %json {}\n",
             lark_string(&head),
             f.schema
         ));
     }
-    g
+    CallRules {
+        trigger: Trigger::Start,
+        rules,
+        separator: Some(lark_string("; ")),
+    }
 }

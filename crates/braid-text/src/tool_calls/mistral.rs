@@ -7,7 +7,7 @@
 //! form the vocabulary knows: with an `[ARGS]` token, one call per mark; without, the array.
 
 use super::scan::json_end;
-use super::{lark_string, Function};
+use super::{body_rule, lark_string, CallRules, Function, Trigger};
 use serde_json::Value;
 
 pub const TOOL_CALLS: &str = "[TOOL_CALLS]";
@@ -81,53 +81,54 @@ pub(super) fn read_block(raw: &str) -> Option<Vec<(String, Value)>> {
 }
 
 /// Calls in the vocabulary's form: `mark` spells a mark as its special token, None where the
-/// vocabulary has none.
-pub fn calls_grammar(
+/// vocabulary has none. With an `[ARGS]` token, each call is opened by its own mark; without,
+/// one mark opens the array of them all.
+pub(super) fn call_rules(
     functions: &[Function],
     parallel: bool,
     mark: &dyn Fn(&str) -> Option<String>,
-) -> String {
-    let tool_calls = mark(TOOL_CALLS).unwrap_or_else(|| lark_string(TOOL_CALLS));
-    let mut g = match mark(ARGS) {
+) -> CallRules {
+    let trigger = match mark(TOOL_CALLS) {
+        Some(atom) => Trigger::Atom(atom),
+        None => Trigger::Text(TOOL_CALLS),
+    };
+    let (mut rules, separator) = match mark(ARGS) {
         Some(args) => {
-            let mut g = String::from(if parallel {
-                "start: call+\n"
-            } else {
-                "start: call\n"
-            });
-            let alternatives: Vec<String> =
-                (0..functions.len()).map(|i| format!("call_{i}")).collect();
-            g.push_str(&format!("call: {}\n", alternatives.join(" | ")));
+            let mut rules = body_rule(functions.len());
             for (i, f) in functions.iter().enumerate() {
-                g.push_str(&format!(
-                    "call_{i}: {tool_calls} {} {args} args_{i}\n",
+                rules.push_str(&format!(
+                    "body_{i}: {} {args} args_{i}\n",
                     lark_string(&f.name)
                 ));
             }
-            g
+            (rules, Some("\"\"".to_string()))
         }
         None => {
-            let calls = if parallel {
-                "call (\", \" call)*"
+            let items = if parallel {
+                "item (\", \" item)*"
             } else {
-                "call"
+                "item"
             };
-            let mut g = format!("start: {tool_calls} \"[\" {calls} \"]\"\n");
+            let mut rules = format!("body: \"[\" {items} \"]\"\n");
             let alternatives: Vec<String> =
-                (0..functions.len()).map(|i| format!("call_{i}")).collect();
-            g.push_str(&format!("call: {}\n", alternatives.join(" | ")));
+                (0..functions.len()).map(|i| format!("item_{i}")).collect();
+            rules.push_str(&format!("item: {}\n", alternatives.join(" | ")));
             for (i, f) in functions.iter().enumerate() {
                 let head = format!("{{\"name\": {}, \"arguments\": ", lark_string(&f.name));
-                g.push_str(&format!(
-                    "call_{i}: {} args_{i} \"}}\"\n",
+                rules.push_str(&format!(
+                    "item_{i}: {} args_{i} \"}}\"\n",
                     lark_string(&head)
                 ));
             }
-            g
+            (rules, None)
         }
     };
     for (i, f) in functions.iter().enumerate() {
-        g.push_str(&format!("args_{i}: %json {}\n", f.schema));
+        rules.push_str(&format!("args_{i}: %json {}\n", f.schema));
     }
-    g
+    CallRules {
+        trigger,
+        rules,
+        separator,
+    }
 }

@@ -81,22 +81,102 @@ impl ToolSyntax {
         self == ToolSyntax::Mistral
     }
 
-    /// The Lark grammar (llguidance's dialect) of an answer that is nothing but calls to
-    /// `functions`, one or, with `parallel`, several. `mark` spells a mark (`[TOOL_CALLS]`)
-    /// as a grammar atom, the special token, where the vocabulary has it as one.
+    /// The Lark grammar (llguidance's dialect) of an answer of calls to `functions` (one or,
+    /// with `parallel`, several) and, `besides` them, nothing, free text or JSON. `mark`
+    /// spells a mark (`[TOOL_CALLS]`) as a grammar atom, the special token, where the
+    /// vocabulary has it as one.
     pub fn calls_grammar(
         self,
         functions: &[Function],
         parallel: bool,
         mark: &dyn Fn(&str) -> Option<String>,
+        besides: &Besides,
     ) -> String {
-        match self {
-            ToolSyntax::Hermes => hermes::calls_grammar(functions, parallel),
-            ToolSyntax::Llama3Json => llama3_json::calls_grammar(functions, parallel),
-            ToolSyntax::Qwen3Coder => qwen3_coder::calls_grammar(functions, parallel),
-            ToolSyntax::Mistral => mistral::calls_grammar(functions, parallel, mark),
-        }
+        let rules = match self {
+            ToolSyntax::Hermes => hermes::call_rules(functions),
+            ToolSyntax::Llama3Json => llama3_json::call_rules(functions),
+            ToolSyntax::Qwen3Coder => qwen3_coder::call_rules(functions),
+            ToolSyntax::Mistral => mistral::call_rules(functions, parallel, mark),
+        };
+        rules.grammar(parallel, besides)
     }
+}
+
+/// What an answer with tools may be besides calls.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Besides {
+    /// Nothing: calls only (`tool_choice` `required` or a named function).
+    Nothing,
+    /// Any text, with every call in it held to the grammar once it opens (`auto`): the
+    /// trigger that opens a call is free to write, what follows it is not.
+    Text,
+    /// JSON valid against this schema (`auto` with a `response_format`), or calls.
+    Json(Value),
+}
+
+/// How a call opens.
+pub(crate) enum Trigger {
+    /// With this text.
+    Text(&'static str),
+    /// With this grammar atom (a special token).
+    Atom(String),
+    /// Calls are the whole answer: they open at its start (Llama 3's).
+    Start,
+}
+
+/// A syntax's grammar of calls, before it is put in an answer.
+pub(crate) struct CallRules {
+    pub trigger: Trigger,
+    /// Lark rules defining `body`: one call after its trigger (or every call, where one body
+    /// holds them all).
+    pub rules: String,
+    /// Between consecutive calls; None where one body holds them all (Mistral's array).
+    pub separator: Option<String>,
+}
+
+impl CallRules {
+    fn grammar(&self, parallel: bool, besides: &Besides) -> String {
+        let call = match &self.trigger {
+            Trigger::Text(t) => format!("{} body", lark_string(t)),
+            Trigger::Atom(a) => format!("{a} body"),
+            Trigger::Start => "body".to_string(),
+        };
+        let calls = match (&self.separator, parallel) {
+            (Some(sep), true) => format!("call ({sep} call)*"),
+            _ => "call".to_string(),
+        };
+        let repeat = if parallel && self.separator.is_some() {
+            "*"
+        } else {
+            "?"
+        };
+        let start = match besides {
+            Besides::Nothing => format!("start: {calls}\n"),
+            Besides::Json(schema) => format!("start: answer | {calls}\nanswer: %json {schema}\n"),
+            Besides::Text => match &self.trigger {
+                // Text that does not open with `{` is text; what does is calls.
+                Trigger::Start => {
+                    format!("start: FREE | {calls}\nFREE: /([^{{](?s:.)*)?/\n")
+                }
+                // Free text up to the trigger (as few characters as that takes), then a call.
+                Trigger::Text(t) => format!(
+                    "start: opened{repeat} TEXT\nopened: lead body\nlead[lazy]: TEXT {}\nTEXT: /(?s:.)*/\n",
+                    lark_string(t)
+                ),
+                // Text cannot hold a special token: the token ends it.
+                Trigger::Atom(a) => format!(
+                    "start: opened{repeat} TEXT\nopened: TEXT {a} body\nTEXT: /(?s:.)*/\n"
+                ),
+            },
+        };
+        format!("{start}call: {call}\n{}", self.rules)
+    }
+}
+
+/// `body: body_0 | body_1 | ...`, one alternative per function.
+pub(crate) fn body_rule(count: usize) -> String {
+    let alternatives: Vec<String> = (0..count).map(|i| format!("body_{i}")).collect();
+    format!("body: {}\n", alternatives.join(" | "))
 }
 
 /// A function the model may call: its name and the JSON Schema of its arguments.
@@ -273,18 +353,6 @@ pub fn parse_answer(parser: &mut CallParser, text: &str) -> (Option<String>, Vec
 /// A Lark string literal of `text`.
 pub(crate) fn lark_string(text: &str) -> String {
     Value::String(text.to_string()).to_string()
-}
-
-/// `alternatives` of per-function rules `call_{i}` joined into `start`, one call or, with
-/// `parallel`, several separated by `separator` (a Lark atom).
-pub(crate) fn start_rule(count: usize, parallel: bool, separator: &str) -> String {
-    let alternatives: Vec<String> = (0..count).map(|i| format!("call_{i}")).collect();
-    let start = if parallel {
-        format!("start: call ({separator} call)*\n")
-    } else {
-        "start: call\n".to_string()
-    };
-    format!("{start}call: {}\n", alternatives.join(" | "))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! `qwen3_coder` parser reads it: a string stays the text; a number, boolean, object or array
 //! is read as JSON, and stays the text where it is not.
 
-use super::{lark_string, start_rule, Function};
+use super::{body_rule, lark_string, CallRules, Function, Trigger};
 use serde_json::{Map, Value};
 
 const FUNCTION: &str = "<function=";
@@ -77,12 +77,12 @@ fn typed(value: &str, declared: Option<&Value>) -> Value {
 /// the others where the model writes them. A string value is any text without `<`, which
 /// the grammar needs to know where the value ends, within its `minLength` and `maxLength`;
 /// [`unenforceable`] names what a raw string cannot be held to.
-pub fn calls_grammar(functions: &[Function], parallel: bool) -> String {
-    let mut g = start_rule(functions.len(), parallel, "\"\\n\"");
-    g.push_str("TEXT: /[^<]*/\n");
+pub(super) fn call_rules(functions: &[Function]) -> CallRules {
+    let mut g = body_rule(functions.len());
+    g.push_str("VALUE_TEXT: /[^<]*/\n");
     // (The newline the model writes before `</parameter>` is the value's last character.)
     for (i, f) in functions.iter().enumerate() {
-        let head = format!("<tool_call>\n{FUNCTION}{}>\n", f.name);
+        let head = format!("\n{FUNCTION}{}>\n", f.name);
         let mut params = Vec::new();
         let required: Vec<&str> = f
             .schema
@@ -106,7 +106,7 @@ pub fn calls_grammar(functions: &[Function], parallel: bool) -> String {
                     _ if takes_string(Some(declared)) => {
                         let length = |key: &str| declared.get(key).and_then(Value::as_u64);
                         let text = match (length("minLength"), length("maxLength")) {
-                            (None, None) => "TEXT".to_string(),
+                            (None, None) => "VALUE_TEXT".to_string(),
                             (min, max) => format!(
                                 "/[^<]{{{},{}}}\\n/",
                                 min.unwrap_or(0),
@@ -139,12 +139,16 @@ pub fn calls_grammar(functions: &[Function], parallel: bool) -> String {
             }
         }
         g.push_str(&format!(
-            "call_{i}: {} {} \"</function>\\n</tool_call>\"\n",
+            "body_{i}: {} {} \"</function>\\n</tool_call>\"\n",
             lark_string(&head),
             params.join(" ")
         ));
     }
-    g
+    CallRules {
+        trigger: Trigger::Text("<tool_call>"),
+        rules: g,
+        separator: Some(lark_string("\n")),
+    }
 }
 
 /// What a function's schema asks of a string value that a raw value cannot be held to

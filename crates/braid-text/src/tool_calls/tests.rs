@@ -319,3 +319,84 @@ fn each_real_template_s_own_calls_read_back() {
         );
     }
 }
+
+fn constraint(syntax: ToolSyntax, besides: Besides) -> crate::Constraint {
+    crate::Constraint::ToolCalls {
+        functions: functions(),
+        parallel: true,
+        syntax,
+        besides,
+    }
+}
+
+/// In `auto`, text is free until it opens a call; from the trigger on, the call is held to
+/// the offered functions and their schemas, in every syntax.
+#[test]
+fn auto_leaves_text_free_and_holds_every_call_it_opens() {
+    let checker = crate::gbnf::tests::Checker::new();
+    let cases: &[(ToolSyntax, &str, &str, &str)] = &[
+        (
+            ToolSyntax::Hermes,
+            "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call> Done.",
+            "Let me check.\n<tool_call>\n{\"name\": \"rm_rf\"",
+            "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": \"one\"}}\n</tool_call>",
+        ),
+        (
+            ToolSyntax::Qwen3Coder,
+            "Sure.\n<tool_call>\n<function=add>\n<parameter=a>\n3\n</parameter>\n</function>\n</tool_call>",
+            "<tool_call>\n<function=rm_rf>",
+            "<tool_call>\n<function=add>\n<parameter=a>\nthree\n</parameter>\n</function>\n</tool_call>",
+        ),
+        (
+            ToolSyntax::Llama3Json,
+            "{\"name\": \"add\", \"parameters\": {\"a\": 3}}",
+            "{\"name\": \"rm_rf\"",
+            "{\"name\": \"add\", \"parameters\": {\"a\": \"three\"}}",
+        ),
+        (
+            ToolSyntax::Mistral,
+            "Sure.[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 3}}]",
+            "[TOOL_CALLS][{\"name\": \"rm_rf\"",
+            "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1.5}}]",
+        ),
+    ];
+    for (syntax, call, unknown, bad_args) in cases {
+        let c = checker.constraint(&constraint(*syntax, Besides::Text));
+        let name = syntax.name();
+        assert!(
+            checker.accepts(&c, "Just some text, { and all."),
+            "{name}: text"
+        );
+        assert!(checker.accepts(&c, ""), "{name}: nothing");
+        assert!(checker.accepts(&c, call), "{name}: {call:?}");
+        assert!(!checker.accepts(&c, unknown), "{name}: {unknown:?}");
+        assert!(!checker.accepts(&c, bad_args), "{name}: {bad_args:?}");
+    }
+}
+
+/// `auto` with a response format: the answer is JSON of the schema, or calls.
+#[test]
+fn with_a_response_format_the_answer_is_its_json_or_calls() {
+    let checker = crate::gbnf::tests::Checker::new();
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}},
+        "required": ["answer"], "additionalProperties": false});
+    for syntax in [
+        ToolSyntax::Hermes,
+        ToolSyntax::Qwen3Coder,
+        ToolSyntax::Mistral,
+    ] {
+        let c = checker.constraint(&constraint(syntax, Besides::Json(schema.clone())));
+        let name = syntax.name();
+        assert!(checker.accepts(&c, "{\"answer\": \"Oslo\"}"), "{name}");
+        assert!(!checker.accepts(&c, "{\"other\": 1}"), "{name}");
+        assert!(!checker.accepts(&c, "Free text."), "{name}");
+    }
+    let c = checker.constraint(&constraint(
+        ToolSyntax::Hermes,
+        Besides::Json(schema.clone()),
+    ));
+    assert!(checker.accepts(
+        &c,
+        "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 3}}\n</tool_call>"
+    ));
+}
