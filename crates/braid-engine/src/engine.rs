@@ -537,7 +537,7 @@ impl Engine {
             .active
             .iter_mut()
             .filter(|(id, a)| {
-                a.sampler.is_constrained() && sampled_rows.iter().any(|(seq, _)| seq == *id)
+                a.sampler.masks_next() && sampled_rows.iter().any(|(seq, _)| seq == *id)
             })
             .map(|(_, a)| &mut a.sampler)
             .collect();

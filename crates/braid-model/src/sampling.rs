@@ -119,8 +119,10 @@ impl Sampler {
         &self.params
     }
 
-    pub fn is_constrained(&self) -> bool {
-        self.constraint.is_some()
+    /// Whether the next token's mask is worth computing ahead: constrained, and not in text
+    /// a grammar leaves free (see `TokenConstraint::masks`).
+    pub fn masks_next(&self) -> bool {
+        self.constraint.as_ref().is_some_and(|c| c.masks())
     }
 
     /// Computes a structured output's next mask ahead of [`sample`](Self::sample), off the

@@ -15,7 +15,7 @@
 //! sequence ends rather than going on unconstrained.
 
 use crate::tokenizer::Tokenizer;
-use crate::tool_calls::{Besides, Function, ToolSyntax};
+use crate::tool_calls::{Besides, Function, ToolSyntax, Trigger};
 use llguidance::api::{ParserLimits, TopLevelGrammar};
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
 use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
@@ -173,6 +173,7 @@ impl Grammars {
 
     /// [`compile`](Self::compile) without the size bound: llguidance's limits alone.
     fn compile_unbounded(&self, constraint: &Constraint) -> Result<TokenConstraint, String> {
+        let mut gate = Gate::Open;
         let grammar = match constraint {
             Constraint::JsonObject => json_grammar(serde_json::json!({"type": "object"})),
             Constraint::JsonSchema(schema) => json_grammar(schema.clone()),
@@ -225,6 +226,19 @@ impl Grammars {
                     Besides::Json(schema) => Besides::Json(compact_json(schema.clone())),
                     other => other.clone(),
                 };
+                if besides == Besides::Text {
+                    gate = match syntax.trigger(&mark) {
+                        Trigger::Text(t) => Gate::UntilText {
+                            trigger: t.as_bytes().to_vec(),
+                            seen: Vec::new(),
+                        },
+                        Trigger::Token(text, _) => match self.special_ids.get(text) {
+                            Some(&id) => Gate::UntilToken(id),
+                            None => Gate::Open,
+                        },
+                        Trigger::Start => Gate::AtStart,
+                    };
+                }
                 TopLevelGrammar::from_lark(
                     syntax.calls_grammar(&functions, *parallel, &mark, &besides),
                 )
@@ -238,11 +252,14 @@ impl Grammars {
         if first.is_zero() {
             return Err("the grammar allows no output at all".into());
         }
+        let ready = gate.masks().then_some(Some(first));
         Ok(TokenConstraint {
             matcher,
-            ready: Some(Some(first)),
+            ready,
             eos_ids: self.eos_ids.clone(),
             trie_eos: self.factory.tok_env().tok_trie().eos_token(),
+            gate,
+            env: self.factory.tok_env().clone(),
         })
     }
 }
@@ -364,6 +381,56 @@ pub struct TokenConstraint {
     ready: Option<Option<SimpleVob>>,
     eos_ids: Vec<u32>,
     trie_eos: u32,
+    gate: Gate,
+    /// The vocabulary's bytes, for the gate to watch the text.
+    env: llguidance::toktrie::TokEnv,
+}
+
+/// Whether masks are computed. A mask costs some tenths of a millisecond per token (a sixth
+/// of one stream's decode rate on a 2-core Zen 4), and in `auto` tool calling it allows every
+/// token until a call opens: there the grammar only follows the text (each token is cheap to
+/// consume) until the trigger appears, and masks from then on.
+#[derive(Clone, Debug)]
+enum Gate {
+    /// Masks every token.
+    Open,
+    /// Free until the text holds `trigger` (`seen`: the text's last bytes).
+    UntilText { trigger: Vec<u8>, seen: Vec<u8> },
+    /// Free until this (special) token.
+    UntilToken(u32),
+    /// Masks until the answer's first byte that is not whitespace; after anything but `{`
+    /// (Llama's calls open the answer), free for good.
+    AtStart,
+    /// Free for good: the text can no longer open a call the grammar holds.
+    Shut,
+}
+
+impl Gate {
+    fn masks(&self) -> bool {
+        matches!(self, Gate::Open | Gate::AtStart)
+    }
+
+    /// Follows the text past a token of these bytes.
+    fn after(&mut self, token: u32, bytes: &[u8]) {
+        match self {
+            Gate::UntilText { trigger, seen } => {
+                seen.extend_from_slice(bytes);
+                if seen.windows(trigger.len()).any(|w| w == trigger.as_slice()) {
+                    *self = Gate::Open;
+                } else {
+                    let keep = seen.len().min(trigger.len().saturating_sub(1));
+                    seen.drain(..seen.len() - keep);
+                }
+            }
+            Gate::UntilToken(id) if *id == token => *self = Gate::Open,
+            Gate::AtStart => match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+                Some(b'{') => *self = Gate::Open,
+                Some(_) => *self = Gate::Shut,
+                None => {}
+            },
+            _ => {}
+        }
+    }
 }
 
 /// A copy at the same point of the grammar, going on independently.
@@ -374,6 +441,8 @@ impl Clone for TokenConstraint {
             ready: self.ready.clone(),
             eos_ids: self.eos_ids.clone(),
             trie_eos: self.trie_eos,
+            gate: self.gate.clone(),
+            env: self.env.clone(),
         }
     }
 }
@@ -390,6 +459,9 @@ impl TokenConstraint {
     /// Sets every token the grammar does not allow next to -inf. Once the grammar is complete
     /// only end-of-sequence is left, and the sequence stops there.
     pub fn mask_logits(&mut self, logits: &mut [f32]) {
+        if !self.gate.masks() {
+            return;
+        }
         let mask = match self.ready.take() {
             Some(m) => m,
             None => self.compute_mask(),
@@ -415,11 +487,17 @@ impl TokenConstraint {
         }
     }
 
+    /// Whether the next token is masked: false while free text waits for a call to open, when
+    /// there is no mask to prepare ahead.
+    pub fn masks(&self) -> bool {
+        self.gate.masks()
+    }
+
     /// Computes the next token's mask now, so that [`mask_logits`](Self::mask_logits) only
     /// applies it: the engine calls this while the forward pass that brings the logits runs,
     /// since the mask depends only on the tokens already taken.
     pub fn prepare_mask(&mut self) {
-        if self.ready.is_none() {
+        if self.ready.is_none() && self.gate.masks() {
             self.ready = Some(self.compute_mask());
         }
     }
@@ -446,11 +524,25 @@ impl TokenConstraint {
         if self.eos_ids.contains(&token) {
             return;
         }
+        let masked = self.gate.masks();
         if let Err(e) = self.matcher.consume_token(token) {
-            tracing::warn!(
-                "structured output: the grammar refused a token ({})",
-                problem(e)
-            );
+            if masked {
+                tracing::warn!(
+                    "structured output: the grammar refused a token ({})",
+                    problem(e)
+                );
+            } else {
+                // Unmasked, the text took a token the grammar's text cannot hold (a special
+                // token): no call can be held to it after that.
+                self.gate = Gate::Shut;
+            }
+            return;
+        }
+        if !masked || matches!(self.gate, Gate::AtStart) {
+            let trie = self.env.tok_trie();
+            self.gate.after(token, trie.token(token));
+            // A mask computed before the gate opened is stale.
+            self.ready = None;
         }
     }
 }

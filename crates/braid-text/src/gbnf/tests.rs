@@ -319,6 +319,13 @@ impl Checker {
     }
 
     /// Whether the grammar allows each byte of `text` in turn and then the end.
+    /// Takes `text` a byte at a time, unmasked.
+    pub(crate) fn feed(&self, constraint: &mut TokenConstraint, text: &str) {
+        for b in text.bytes() {
+            constraint.consume(self.byte_ids[b as usize]);
+        }
+    }
+
     pub(crate) fn accepts(&self, constraint: &TokenConstraint, text: &str) -> bool {
         let mut c = constraint.clone();
         let mut logits = vec![0.0; self.vocab];

@@ -89,7 +89,7 @@ pub(super) fn call_rules(
     mark: &dyn Fn(&str) -> Option<String>,
 ) -> CallRules {
     let trigger = match mark(TOOL_CALLS) {
-        Some(atom) => Trigger::Atom(atom),
+        Some(atom) => Trigger::Token(TOOL_CALLS, atom),
         None => Trigger::Text(TOOL_CALLS),
     };
     let (mut rules, separator) = match mark(ARGS) {

@@ -92,13 +92,27 @@ impl ToolSyntax {
         mark: &dyn Fn(&str) -> Option<String>,
         besides: &Besides,
     ) -> String {
-        let rules = match self {
+        self.rules(functions, parallel, mark)
+            .grammar(parallel, besides)
+    }
+
+    /// How a call opens in this syntax.
+    pub(crate) fn trigger(self, mark: &dyn Fn(&str) -> Option<String>) -> Trigger {
+        self.rules(&[], false, mark).trigger
+    }
+
+    fn rules(
+        self,
+        functions: &[Function],
+        parallel: bool,
+        mark: &dyn Fn(&str) -> Option<String>,
+    ) -> CallRules {
+        match self {
             ToolSyntax::Hermes => hermes::call_rules(functions),
             ToolSyntax::Llama3Json => llama3_json::call_rules(functions),
             ToolSyntax::Qwen3Coder => qwen3_coder::call_rules(functions),
             ToolSyntax::Mistral => mistral::call_rules(functions, parallel, mark),
-        };
-        rules.grammar(parallel, besides)
+        }
     }
 }
 
@@ -118,8 +132,8 @@ pub enum Besides {
 pub(crate) enum Trigger {
     /// With this text.
     Text(&'static str),
-    /// With this grammar atom (a special token).
-    Atom(String),
+    /// With this mark, a special token, written in the grammar as this atom.
+    Token(&'static str, String),
     /// Calls are the whole answer: they open at its start (Llama 3's).
     Start,
 }
@@ -138,7 +152,7 @@ impl CallRules {
     fn grammar(&self, parallel: bool, besides: &Besides) -> String {
         let call = match &self.trigger {
             Trigger::Text(t) => format!("{} body", lark_string(t)),
-            Trigger::Atom(a) => format!("{a} body"),
+            Trigger::Token(_, a) => format!("{a} body"),
             Trigger::Start => "body".to_string(),
         };
         let calls = match (&self.separator, parallel) {
@@ -164,7 +178,7 @@ impl CallRules {
                     lark_string(t)
                 ),
                 // Text cannot hold a special token: the token ends it.
-                Trigger::Atom(a) => format!(
+                Trigger::Token(_, a) => format!(
                     "start: opened{repeat} TEXT\nopened: TEXT {a} body\nTEXT: /(?s:.)*/\n"
                 ),
             },

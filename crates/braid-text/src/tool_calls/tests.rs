@@ -400,3 +400,26 @@ fn with_a_response_format_the_answer_is_its_json_or_calls() {
         "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 3}}\n</tool_call>"
     ));
 }
+
+/// In `auto`, masks cost nothing until a call opens: the grammar follows the text unmasked
+/// and starts masking at the trigger (Llama's calls open the answer: it masks until the
+/// answer's first character says whether they do).
+#[test]
+fn auto_masks_only_from_the_trigger_on() {
+    let checker = crate::gbnf::tests::Checker::new();
+    let mut hermes = checker.constraint(&constraint(ToolSyntax::Hermes, Besides::Text));
+    assert!(!hermes.masks());
+    checker.feed(&mut hermes, "Let me check. <tool_");
+    assert!(!hermes.masks());
+    checker.feed(&mut hermes, "call>");
+    assert!(hermes.masks());
+    let mut llama = checker.constraint(&constraint(ToolSyntax::Llama3Json, Besides::Text));
+    assert!(llama.masks());
+    checker.feed(&mut llama, "  Hi");
+    assert!(!llama.masks());
+    let mut call = checker.constraint(&constraint(ToolSyntax::Llama3Json, Besides::Text));
+    checker.feed(&mut call, "{");
+    assert!(call.masks());
+    let forced = checker.constraint(&constraint(ToolSyntax::Hermes, Besides::Nothing));
+    assert!(forced.masks());
+}
