@@ -38,7 +38,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import openai, pytest, xdist, requests, playwright, schemathesis, lm_eval, vllm_router, tokenizers, langchain_openai" 2>/dev/null; then
+if ! .venv/bin/python -c "import openai, pytest, xdist, requests, playwright, schemathesis, lm_eval, vllm_router, tokenizers, langchain_openai, jsonschema, anthropic, agents" 2>/dev/null; then
   .venv/bin/pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
 fi
 

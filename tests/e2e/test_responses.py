@@ -1,6 +1,8 @@
 """OpenAI's Responses API (/v1/responses) through the official `openai` SDK: plain and streamed
 responses, function tools and their outputs (stateless and through `previous_response_id`),
-structured text, the store (retrieve, delete, expiry by name), and refusals by field.
+structured text, the store (retrieve, delete, expiry by name), and refusals by field; and
+OpenAI's Agents SDK running an agent with a function tool, whose requests carry every field
+it sends by default.
 
 A Responses request runs braid's chat path, so with greedy sampling its text is the chat
 completion's text for the same conversation: the tests hold it to that."""
@@ -230,3 +232,34 @@ def test_with_the_store_off_store_true_is_refused_and_the_default_keeps_nothing(
     assert e.value.body["param"] == "store" and "--response-store-mb" in e.value.body["message"]
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(r.id)
+
+
+def test_the_agents_sdk_runs_an_agent_loop(server, model):
+    import asyncio
+
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    asked = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The current weather in a city."""
+        asked.append(city)
+        return f"Sunny, 22 C in {city}"
+
+    client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
+    agent = Agent(
+        name="weather",
+        instructions="Answer briefly.",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model=model, openai_client=client),
+        # Forced for the first turn (a 135M model seldom calls on its own); the SDK resets
+        # tool_choice after a call, so the second turn answers in text.
+        model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=100),
+    )
+    result = asyncio.run(Runner.run(agent, PARIS, max_turns=4))
+    assert asked and isinstance(asked[0], str)
+    assert isinstance(result.final_output, str) and result.final_output
+    kinds = [item.type for item in result.new_items]
+    assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
