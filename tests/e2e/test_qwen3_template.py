@@ -69,3 +69,17 @@ def test_enable_thinking_reaches_the_template(qwen3):
     assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs.thinking", r.text
     assert "enable_thinking" in r.json()["error"]["message"]
 
+
+
+def test_anthropic_thinking_disabled_switches_thinking_off(qwen3):
+    import anthropic
+
+    server, _, model = qwen3
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=TIMEOUT)
+    question = THINKING[:1]
+    plain = client.messages.count_tokens(model=model, messages=question).input_tokens
+    off = client.messages.count_tokens(model=model, messages=question, thinking={"type": "disabled"}).input_tokens
+    assert off > plain, "thinking off, the template closes an empty think block in the prompt"
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=model, max_tokens=2048, messages=question, thinking={"type": "enabled", "budget_tokens": 1024})
+    assert "budget_tokens" in str(e.value)

@@ -29,7 +29,9 @@ pub struct MessagesRequest {
     pub top_k: Option<i64>,
     pub tools: Option<Vec<ToolDefinition>>,
     pub tool_choice: Option<ToolChoice>,
-    /// `{"type": "disabled"}` only: braid's models do not think in separate blocks yet.
+    /// `{"type": "disabled"}` only: it switches a reasoning model's thinking off where its
+    /// template can (Qwen3's `enable_thinking`). Enabled is refused: braid cannot hold
+    /// thinking to `budget_tokens`.
     #[schema(value_type = Option<Object>)]
     pub thinking: Option<Value>,
     /// `format` (a JSON schema the answer follows) is honoured; `effort` only when null.

@@ -7,6 +7,7 @@
 //! `tool_result` a tool message), `tool_choice` `any` is chat's `required`, and the answer
 //! comes back as content blocks with Anthropic's `stop_reason`, streamed as its named events;
 //! a reasoning model's reasoning is a thinking block before them.
+//! `thinking` disabled switches a reasoning model's thinking off where its template can.
 //! Whatever braid cannot honour (images, documents, server tools, `thinking` enabled) is a
 //! 400 naming the field, in Anthropic's error shape (`app.rs` reshapes every error of these
 //! routes).
@@ -41,7 +42,8 @@ pub async fn messages(
     ApiJson(req): ApiJson<MessagesRequest>,
 ) -> Result<Response, ApiError> {
     let origin = RequestOrigin::of("messages", &headers);
-    let chat = to_chat(&req)?;
+    let mut chat = to_chat(&req)?;
+    thinking_off(&state, &req, &mut chat)?;
     let a = admit(&state, chat, validation::chat, &origin)
         .await
         .map_err(|e| e.renamed(ANTHROPIC_NAMES))?;
@@ -121,7 +123,8 @@ pub async fn count_tokens(
         thinking: req.thinking,
         ..Default::default()
     };
-    let chat = to_chat(&full)?;
+    let mut chat = to_chat(&full)?;
+    thinking_off(&state, &full, &mut chat)?;
     let (valid, _) = validated(&state, chat, validation::chat)
         .await
         .map_err(|e| e.renamed(ANTHROPIC_NAMES))?;
@@ -131,6 +134,31 @@ pub async fn count_tokens(
 }
 
 /// The error in Anthropic's field names where they differ from chat's.
+/// `thinking: {"type": "disabled"}` turns a reasoning model's thinking off where its template
+/// has the switch (Qwen3's `enable_thinking`); a template without one decides alone, as it
+/// does without the field.
+fn thinking_off(
+    state: &AppState,
+    req: &MessagesRequest,
+    chat: &mut ChatCompletionRequest,
+) -> Result<(), ApiError> {
+    if req.thinking.is_none() {
+        return Ok(());
+    }
+    let model = state.ready()?.generator()?;
+    let switch = "enable_thinking";
+    if model
+        .chat_template
+        .as_ref()
+        .is_some_and(|t| t.reads(switch))
+    {
+        chat.chat_template_kwargs
+            .get_or_insert_with(Default::default)
+            .insert(switch.into(), Value::Bool(false));
+    }
+    Ok(())
+}
+
 const ANTHROPIC_NAMES: &[(&str, &str)] = &[
     ("stop", "stop_sequences"),
     ("max_completion_tokens", "max_tokens"),
@@ -157,8 +185,9 @@ fn to_chat(req: &MessagesRequest) -> Result<ChatCompletionRequest, ApiError> {
         if thinking.get("type").and_then(Value::as_str) != Some("disabled") {
             return Err(ApiError::unsupported(
                 "thinking",
-                "`thinking` can only be {\"type\": \"disabled\"}: braid does not yet separate a \
-                 model's reasoning into thinking blocks",
+                "`thinking` can only be {\"type\": \"disabled\"} (or absent, when a reasoning \
+                 model thinks as its chat template says, in thinking blocks): braid cannot hold a \
+                 model's thinking to `budget_tokens`",
             ));
         }
     }
