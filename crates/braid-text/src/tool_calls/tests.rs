@@ -423,3 +423,90 @@ fn auto_masks_only_from_the_trigger_on() {
     let forced = checker.constraint(&constraint(ToolSyntax::Hermes, Besides::Nothing));
     assert!(forced.masks());
 }
+
+/// Mistral's marks are special tokens in its vocabularies: the grammar writes them as those
+/// tokens (`[TOOL_CALLS]NAME[ARGS]{...}` where the vocabulary has `[ARGS]`), never spelled out,
+/// and in `auto` the `[TOOL_CALLS]` token is what starts the masks.
+#[test]
+fn mistral_marks_that_are_special_tokens_are_written_as_tokens() {
+    use candle_core::quantized::gguf_file::{Content, Value as Gguf, VersionedMagic};
+    let mut metadata = crate::tiny_vocab::metadata();
+    for (key, value) in metadata.iter_mut() {
+        match (key.as_str(), value) {
+            ("tokenizer.ggml.tokens", Gguf::Array(tokens)) => {
+                tokens.push(Gguf::String(mistral::TOOL_CALLS.into()));
+                tokens.push(Gguf::String(mistral::ARGS.into()));
+            }
+            ("tokenizer.ggml.token_type", Gguf::Array(types)) => {
+                types.extend([Gguf::I32(3), Gguf::I32(3)]);
+            }
+            _ => {}
+        }
+    }
+    let content = Content {
+        magic: VersionedMagic::GgufV3,
+        metadata: metadata.into_iter().collect(),
+        tensor_infos: Default::default(),
+        tensor_data_offset: 0,
+    };
+    let tok = crate::Tokenizer::from_gguf(&content).unwrap();
+    let (tool_calls, args) = (tok.vocab_size() as u32 - 2, tok.vocab_size() as u32 - 1);
+    assert!(tok.is_special(tool_calls) && tok.is_special(args));
+    let byte = |b: u8| {
+        (0..tok.vocab_size() as u32)
+            .find(|&id| !tok.is_special(id) && tok.token_bytes(id) == [b])
+            .unwrap()
+    };
+    let grammars = crate::Grammars::new(&tok).unwrap();
+    let compile = |besides| {
+        grammars
+            .compile(&crate::Constraint::ToolCalls {
+                functions: functions(),
+                parallel: false,
+                syntax: ToolSyntax::Mistral,
+                besides,
+            })
+            .unwrap()
+    };
+    let allowed = |c: &mut crate::TokenConstraint, id: u32| {
+        let mut logits = vec![0.0; tok.vocab_size()];
+        c.mask_logits(&mut logits);
+        logits[id as usize] != f32::NEG_INFINITY
+    };
+    let mut forced = compile(Besides::Nothing);
+    assert!(
+        !allowed(&mut forced.clone(), byte(b'[')),
+        "the mark is spelled out"
+    );
+    let call: Vec<u32> = [tool_calls]
+        .into_iter()
+        .chain(b"add".iter().map(|&b| byte(b)))
+        .chain([args])
+        .chain(b"{\"a\": 3}".iter().map(|&b| byte(b)))
+        .collect();
+    for &id in &call {
+        assert!(allowed(&mut forced, id), "token {id} refused");
+        forced.consume(id);
+    }
+    assert!(allowed(&mut forced, tok.eos_token_ids()[0]));
+    let text = tok.decode(&call, false);
+    let (content, calls) = parse_answer(&mut parser(ToolSyntax::Mistral), &text);
+    assert_eq!(
+        (content, calls),
+        (
+            None,
+            vec![ParsedCall {
+                name: "add".into(),
+                arguments: r#"{"a":3}"#.into()
+            }]
+        ),
+        "{text:?}"
+    );
+    let mut auto = compile(Besides::Text);
+    assert!(!auto.masks());
+    auto.consume(byte(b'H'));
+    auto.consume(tool_calls);
+    assert!(auto.masks());
+    assert!(!allowed(&mut auto, byte(b'?')));
+    assert!(allowed(&mut auto, byte(b'a')));
+}
