@@ -306,8 +306,14 @@ fn compact_json(mut schema: serde_json::Value) -> serde_json::Value {
 /// a forced call's integer argument on a random-weight model), and the client gets no JSON.
 pub const NUMBER_BOUND: f64 = 999_999_999_999_999.0;
 
+/// The finest step of a number a schema leaves unstepped: 10 digits after the point
+/// (llama.cpp allows 16; llguidance takes `multipleOf` as a decimal, and 1e-16 is not one in
+/// binary floating point, while 1e-10 is read exactly).
+pub const NUMBER_STEP: f64 = 1e-10;
+
 /// Every integer or number schema in `schema` gets `minimum` and `maximum` of
-/// ±[`NUMBER_BOUND`] where it sets none of its own on that side.
+/// ±[`NUMBER_BOUND`] where it sets none of its own on that side, and a number schema
+/// `multipleOf` [`NUMBER_STEP`] where it sets none.
 fn bound_numbers(schema: &mut serde_json::Value) {
     use serde_json::Value;
     match schema {
@@ -334,6 +340,9 @@ fn bound_numbers(schema: &mut serde_json::Value) {
                 }
                 if !map.contains_key("maximum") && !map.contains_key("exclusiveMaximum") {
                     map.insert("maximum".into(), bound(NUMBER_BOUND));
+                }
+                if !integer && !map.contains_key("multipleOf") {
+                    map.insert("multipleOf".into(), Value::from(NUMBER_STEP));
                 }
             }
             for (key, child) in map.iter_mut() {
@@ -572,6 +581,8 @@ mod tests {
         assert_eq!(p["n"]["maximum"], 999_999_999_999_999_i64);
         assert_eq!(p["x"]["minimum"], 0);
         assert_eq!(p["x"]["maximum"], NUMBER_BOUND);
+        assert_eq!(p["x"]["multipleOf"], NUMBER_STEP);
+        assert!(p["n"].get("multipleOf").is_none());
         assert!(p["e"].get("maximum").is_none());
         assert_eq!(p["d"]["default"], 5);
     }

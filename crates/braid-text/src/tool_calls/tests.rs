@@ -510,3 +510,21 @@ fn mistral_marks_that_are_special_tokens_are_written_as_tokens() {
     assert!(!allowed(&mut auto, byte(b'?')));
     assert!(allowed(&mut auto, byte(b'a')));
 }
+
+/// Numbers a schema leaves unbounded are held to 15 digits before the point and 10 after,
+/// so a small model cannot write digits until `max_tokens`.
+#[test]
+fn unbounded_numbers_have_bounded_digits() {
+    let checker = crate::gbnf::tests::Checker::new();
+    let c = checker.constraint(&crate::Constraint::JsonSchema(json!({"type": "object",
+        "properties": {"x": {"type": "number"}, "n": {"type": "integer"}}})));
+    for (text, ok) in [
+        ("{\"x\": 1.5, \"n\": 3}", true),
+        ("{\"x\": -0.0000000001}", true),
+        ("{\"x\": 0.12345678901}", false),
+        ("{\"n\": 999999999999999}", true),
+        ("{\"n\": 1000000000000000}", false),
+    ] {
+        assert_eq!(checker.accepts(&c, text), ok, "{text}");
+    }
+}
