@@ -162,19 +162,23 @@ fn previous(store: &ResponseStore, id: &str) -> Result<Stored, ApiError> {
 
 /// The output tokens up to the end of the reasoning, of an answer whose tokens read as
 /// `pieces`.
-fn count_reasoning<'a>(
+fn count_reasoning(
     syntax: ReasoningSyntax,
     inside: bool,
-    pieces: impl Iterator<Item = String> + 'a,
+    pieces: impl Iterator<Item = String>,
 ) -> usize {
     let mut splitter = ReasoningSplitter::new(syntax, inside);
     pieces
-        .filter(|piece| {
-            let before = splitter.in_reasoning();
-            splitter.push(piece);
-            before || splitter.in_reasoning()
-        })
+        .filter(|piece| split_counting(&mut splitter, piece).1)
         .count()
+}
+
+/// `text`'s parts, and whether its token is a reasoning token: one that opened, continued or
+/// closed the reasoning finds it open before or after.
+fn split_counting(splitter: &mut ReasoningSplitter, text: &str) -> (Vec<Part>, bool) {
+    let before = splitter.in_reasoning();
+    let parts = splitter.push(text);
+    (parts, before || splitter.in_reasoning())
 }
 
 /// What the response object says besides its output: the request's settings, echoed.
@@ -659,9 +663,8 @@ impl StreamFormat for ResponsesFormat {
         let mut events = Vec::new();
         let mut reply = chunk.text;
         if let Some(splitter) = self.splitter.as_mut() {
-            let before = splitter.in_reasoning();
-            let mut parts = splitter.push(&reply);
-            if before || splitter.in_reasoning() {
+            let (mut parts, reasoning) = split_counting(splitter, &reply);
+            if reasoning {
                 self.reasoning_tokens += 1;
             }
             if chunk.finish.is_some() {
