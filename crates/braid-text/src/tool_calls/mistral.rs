@@ -6,8 +6,7 @@
 //! them as text for this parser to see (`ToolSyntax::needs_marks`). A forced call is written in the
 //! form the vocabulary knows: with an `[ARGS]` token, one call per mark; without, the array.
 
-use super::scan::json_end;
-use super::{body_rule, lark_string, CallRules, Function, Trigger};
+use super::{body_rule, json_end, lark_string, CallRules, Function, Trigger};
 use serde_json::Value;
 
 pub const TOOL_CALLS: &str = "[TOOL_CALLS]";

@@ -340,6 +340,18 @@ impl CallParser {
     }
 }
 
+/// The length of the JSON value at the start of `s`: None while it may still be completed,
+/// Some(Err) when it cannot be JSON.
+pub(crate) fn json_end(s: &str) -> Option<Result<usize, ()>> {
+    let mut values = serde_json::Deserializer::from_str(s).into_iter::<serde_json::Value>();
+    match values.next() {
+        Some(Ok(_)) => Some(Ok(values.byte_offset())),
+        Some(Err(e)) if e.is_eof() => None,
+        Some(Err(_)) => Some(Err(())),
+        None => None,
+    }
+}
+
 /// Length of the longest end of `text` that `tag` starts with (a tag possibly cut in two).
 pub(crate) fn partial_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len().min(text.len() + 1))

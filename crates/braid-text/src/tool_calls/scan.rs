@@ -6,7 +6,7 @@
 //! is known; a block is released once it is complete, raw, so that a block that turns out not
 //! to be a call goes to the client as the text it was.
 
-use super::{mistral, partial_suffix, ToolSyntax};
+use super::{json_end, mistral, partial_suffix, ToolSyntax};
 
 /// A piece of the answer as cut.
 #[derive(Clone, Debug, PartialEq)]
@@ -148,18 +148,6 @@ fn tagged(
             out.extend(text(take(pending, pending.len() - keep)));
             return;
         }
-    }
-}
-
-/// The length of the JSON value at the start of `s`: None while it may still be completed,
-/// Some(Err) when it cannot be JSON.
-pub(crate) fn json_end(s: &str) -> Option<Result<usize, ()>> {
-    let mut values = serde_json::Deserializer::from_str(s).into_iter::<serde_json::Value>();
-    match values.next() {
-        Some(Ok(_)) => Some(Ok(values.byte_offset())),
-        Some(Err(e)) if e.is_eof() => None,
-        Some(Err(_)) => Some(Err(())),
-        None => None,
     }
 }
 
