@@ -14,6 +14,16 @@
 //! context can then spread one row's keys over every core (tasks of a few partitions each,
 //! merged after), and since the partitions do not depend on how the work is split, a row gets
 //! the same bits whether one task or many computed it.
+//!
+//! Inside a partition both passes are small matrix products held in registers, shaped so that
+//! each loaded vector feeds many multiply-adds: scores take up to 6 queries against 2 blocks of
+//! keys at once (a prompt tile), or 1 to 3 queries against 4 to 8 blocks (a decoding row,
+//! whose few chains would otherwise wait on each other); the value pass takes up to 6 (row,
+//! head) pairs that read the same keys of a block. The order of every sum is that of a lone
+//! row, so the grouping changes the speed and never the bits. A long prompt's attention ran at
+//! a quarter of the f32 multiply-add peak when it took one block and at most 6 queries at a
+//! time, one row's heads in the value pass, and a softmax whose power of two was a checked
+//! float-to-int cast (`cargo bench -p braid-kernels --bench attention`).
 
 use crate::KvPool;
 use crate::{FloatLoops, Kernel, Lanes};
@@ -232,71 +242,111 @@ unsafe fn attend<L: Lanes, Q, O>(
     for (pi, p) in parts.clone().enumerate() {
         let blocks =
             (p * PART_BLOCKS).max(first_block)..((p + 1) * PART_BLOCKS).min(last_pos / bs + 1);
-        for b in blocks.clone() {
-            let (keys, _) = pool.block(task.layer, task.block_table[b], task.kv_head);
-            if let Some((keys, _)) = next(b) {
+        // Runs of consecutive blocks that the same rows read are scored together when those
+        // rows are few (a decoding row's group of heads): their multiply-add chains then
+        // overlap, where one block's would each wait on the one before.
+        let mut b = blocks.start;
+        while b < blocks.end {
+            let rows = first_row(b)..end_row(b);
+            let readers = rows.len() * g;
+            let same = (b..blocks.end)
+                .take_while(|&c| first_row(c) == rows.start && end_row(c) == rows.end)
+                .count();
+            let nb = blocks_together(readers, L::ACCUMULATORS).min(prev_power_of_two(same));
+            let run: [usize; MAX_RUN] = std::array::from_fn(|i| b + i.min(nb - 1));
+            let keys = run.map(|c| pool.block(task.layer, task.block_table[c], task.kv_head).0);
+            if let Some((keys, _)) = next(b + nb - 1) {
                 prefetch(keys);
             }
-            assert_eq!(
-                keys.len(),
-                d * bs,
+            assert!(
+                keys.iter().all(|k| k.len() == d * bs),
                 "a block holds head_dim × block_size keys"
             );
-            let at = (b - p * PART_BLOCKS) * bs;
-            let rows = first_row(b)..end_row(b);
-            let wide = rows.len() * g >= WIDEN_ONCE_READERS;
+            let wide = readers >= WIDEN_ONCE_READERS;
             if wide {
-                // SAFETY: our caller vouches for `L`'s features.
-                unsafe { widen_into::<L>(keys, &mut s.wide) };
+                s.wide.resize(nb * d * bs, 0.0);
+                for (i, keys) in keys[..nb].iter().enumerate() {
+                    // SAFETY: our caller vouches for `L`'s features.
+                    unsafe { widen_into::<L>(keys, &mut s.wide[i * d * bs..][..d * bs]) };
+                }
             }
-            // Every (row, head) reading the block, taken a few at a time: each widened key
-            // vector serves the whole group.
+            let at = (b - p * PART_BLOCKS) * bs;
+            // Every (row, head) reading the blocks, taken as many at a time as registers
+            // allow: each key vector serves them all.
             let first_reader = rows.start * g;
-            let readers = rows.len() * g;
             let mut i = 0;
             while i < readers {
-                let n_queries = (readers - i).min(L::ACCUMULATORS / 2).clamp(1, 6);
+                let qn = queries_together(readers - i, nb, L::ACCUMULATORS);
                 macro_rules! score_group {
-                    ($($qn:literal),*) => {
-                        match n_queries {
-                            $($qn => {
+                    ($(($nb:literal, $qn:literal)),*) => {
+                        match (nb, qn) {
+                            $(($nb, $qn) => {
                                 let who: [(usize, usize); $qn] = std::array::from_fn(|k| {
                                     ((first_reader + i + k) / g, (first_reader + i + k) % g)
                                 });
                                 let q = who.map(|(row, head)| query(row, head));
-                                for first in (0..bs).step_by(LANES) {
-                                    // SAFETY: `first + 16 <= bs` (a block is whole 16-key
-                                    // chunks) and `dim < d`, so `dim * bs + first + 16 <= d *
-                                    // bs`, the length of `keys` (asserted) and of `s.wide`
-                                    // when widened; our caller vouches for `L`'s features.
-                                    let sixteen = unsafe {
-                                        if wide {
-                                            scores16(q, |dim| {
-                                                read16(s.wide.as_ptr().add(dim * bs + first))
-                                            })
-                                        } else {
-                                            scores16(q, |dim| {
-                                                L::widen16(&*(keys.as_ptr().add(dim * bs + first)
-                                                    as *const [u16; LANES]))
-                                            })
-                                        }
-                                    };
-                                    for (&(row, head), sixteen) in who.iter().zip(sixteen) {
-                                        let n = visible(b, row).saturating_sub(first).min(LANES);
-                                        let at = (row * g + head) * part_len + at + first;
-                                        for (sc, x) in s.scores[at..at + n].iter_mut().zip(sixteen) {
-                                            *sc = x * scale;
+                                // SAFETY: `c < nb` and `dim < d`, so `c * d * bs + dim * bs +
+                                // 16 <= nb * d * bs`, the length of `s.wide` when widened, and
+                                // `dim * bs + 16 <= d * bs`, that of each block's keys
+                                // (asserted); our caller vouches for `L`'s features.
+                                let scores = unsafe {
+                                    if wide {
+                                        let widened = s.wide.as_ptr();
+                                        scores16::<$nb, $qn>(q, |c, dim| {
+                                            read16(widened.add((c * d + dim) * bs))
+                                        })
+                                    } else {
+                                        scores16::<$nb, $qn>(q, |c, dim| {
+                                            L::widen16(&*(keys[c].as_ptr().add(dim * bs)
+                                                as *const [u16; LANES]))
+                                        })
+                                    }
+                                };
+                                for (&(row, head), scores) in who.iter().zip(&scores) {
+                                    // All 16 of each block: keys a row does not see get
+                                    // scores that nothing reads.
+                                    let at = (row * g + head) * part_len + at;
+                                    for (dst, x) in s.scores[at..at + $nb * LANES]
+                                        .chunks_exact_mut(LANES)
+                                        .zip(scores)
+                                    {
+                                        for (o, x) in dst.iter_mut().zip(x) {
+                                            *o = x * scale;
                                         }
                                     }
                                 }
                             })*
-                            _ => unreachable!("groups of 1 to 6 queries"),
+                            _ => unreachable!("a block run and query group scores16 has"),
                         }
                     };
                 }
-                score_group!(1, 2, 3, 4, 5, 6);
-                i += n_queries;
+                score_group!(
+                    (1, 1),
+                    (1, 2),
+                    (1, 3),
+                    (1, 4),
+                    (1, 5),
+                    (1, 6),
+                    (1, 7),
+                    (1, 8),
+                    (1, 9),
+                    (1, 10),
+                    (1, 11),
+                    (1, 12),
+                    (2, 1),
+                    (2, 2),
+                    (2, 3),
+                    (2, 4),
+                    (2, 5),
+                    (2, 6),
+                    (4, 1),
+                    (4, 2),
+                    (4, 3),
+                    (8, 1)
+                );
+                i += qn;
             }
+            b += nb;
         }
         for row in 0..task.rows {
             for head in 0..g {
@@ -332,19 +382,33 @@ unsafe fn attend<L: Lanes, Q, O>(
             let rows = first_row(b)..end_row(b);
             let wide = rows.len() * g >= WIDEN_ONCE_READERS;
             if wide {
+                s.wide.resize(bs * d, 0.0);
                 // SAFETY: our caller vouches for `L`'s features.
                 unsafe { widen_into::<L>(values, &mut s.wide) };
             }
-            for row in rows {
-                // Keys of the block before the row's window.
+            // Consecutive rows that read the same keys of the block (every row, off the
+            // diagonal and outside windows) go in one call, which takes their heads several at
+            // a time: each value vector is then loaded once for all of them.
+            let span = |row: usize| {
                 let skip = row_lo(row).saturating_sub(b * bs);
-                let n = visible(b, row) - skip;
+                (skip, visible(b, row) - skip)
+            };
+            let mut row = rows.start;
+            while row < rows.end {
+                let (skip, n) = span(row);
+                let same = 1
+                    + (row + 1..rows.end)
+                        .take_while(|&r| span(r) == (skip, n))
+                        .count();
+                // Reader `k` of the call is head `k % g` of row `row + k / g`: the partials and
+                // the scores of a row's heads follow one another, so one stride steps through
+                // all of them.
                 let sums = WeightedSums {
                     out: &mut s.partials[(row * g * np + pi) * plen + 2..],
                     out_stride: np * plen,
                     weights: &s.scores[row * g * part_len + at + skip..],
                     weights_stride: part_len,
-                    heads: g,
+                    heads: same * g,
                     n,
                     d,
                 };
@@ -365,6 +429,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                         })
                     }
                 }
+                row += same;
             }
         }
     }
@@ -412,39 +477,86 @@ fn prefetch(data: &[u16]) {
 /// Keys scored together: one 512-bit vector of f32.
 const LANES: usize = 16;
 
-/// `q · k` for each query vector `q` of a group and 16 keys of a block whose keys are stored
-/// transposed (a vector of 16 keys per dimension): `key16(dim)` gives the 16 keys' values in
-/// dimension `dim`, widened once for the whole group. Each score is the sum, in lane order, of
-/// 16 partial sums that each accumulate every 16th dimension (a block needs `head_dim` to be a
-/// multiple of 16); a partial sum is finished before the next one starts, so a group needs two
-/// registers per query rather than sixteen.
+/// Blocks scored together at most: a lone query with eight blocks of keys keeps eight chains
+/// of multiply-adds in flight.
+const MAX_RUN: usize = 8;
+
+/// The most queries [`scores16`] takes at once against `nb` blocks (the groups it is compiled
+/// for).
+fn most_queries(nb: usize) -> usize {
+    match nb {
+        1 => 12,
+        2 => 6,
+        4 => 3,
+        _ => 1,
+    }
+}
+
+/// How many consecutive blocks to score together for `readers` queries, with registers for
+/// `accumulators` 16-float sums: [`scores16`] keeps two per query and block (the partial sum of
+/// a lane and the total). More blocks for few queries, so that enough chains overlap; two for
+/// many, so that each broadcast query value meets two key vectors.
+fn blocks_together(readers: usize, accumulators: usize) -> usize {
+    let products = accumulators / 2;
+    [MAX_RUN, 4, 2, 1]
+        .into_iter()
+        .find(|&nb| {
+            nb * readers.min(most_queries(nb)) <= products
+                && (nb <= 2 || readers <= most_queries(nb))
+        })
+        .unwrap_or(1)
+}
+
+/// The largest power of two at most `n` (`n >= 1`).
+fn prev_power_of_two(n: usize) -> usize {
+    1 << n.ilog2()
+}
+
+/// How many of the `left` remaining queries to score at once against `nb` blocks.
+fn queries_together(left: usize, nb: usize, accumulators: usize) -> usize {
+    left.min(most_queries(nb)).min(accumulators / 2 / nb).max(1)
+}
+
+/// `q · k` for each of `QN` query vectors and the 16 keys of each of `NB` blocks, whose keys
+/// are stored transposed: `key16(block, dim)` gives one block's 16 keys' values in dimension
+/// `dim`. Each score is the sum, in lane order, of 16 partial sums that each accumulate every
+/// 16th dimension (a block needs `head_dim` to be a multiple of 16): the order a lone query
+/// and block would use, so the bits do not depend on the group. A partial sum is finished
+/// before the next one starts, so a (query, block) needs two registers rather than sixteen.
+/// Each key vector is loaded once for every query of the group, and each query value is
+/// broadcast once for every block.
 ///
 /// # Safety
 ///
-/// `key16` must be safe to call with every `dim` below the queries' length.
+/// `key16` must be safe to call with every block below `NB` and every `dim` below the
+/// queries' length.
 #[inline(always)]
-unsafe fn scores16<const QN: usize>(
+unsafe fn scores16<const NB: usize, const QN: usize>(
     q: [&[f32]; QN],
-    key16: impl Fn(usize) -> [f32; LANES],
-) -> [[f32; LANES]; QN] {
+    key16: impl Fn(usize, usize) -> [f32; LANES],
+) -> [[[f32; LANES]; NB]; QN] {
     let d = q[0].len();
     assert!(d.is_multiple_of(LANES) && q.iter().all(|q| q.len() == d));
-    let mut out = [[0f32; LANES]; QN];
+    let mut out = [[[0f32; LANES]; NB]; QN];
     for lane in 0..LANES {
-        let mut partial = [[0f32; LANES]; QN];
+        let mut partial = [[[0f32; LANES]; NB]; QN];
         for c in 0..d / LANES {
-            let k = key16(c * LANES + lane);
-            for (acc, qv) in partial.iter_mut().zip(&q) {
+            let k: [[f32; LANES]; NB] = std::array::from_fn(|b| key16(b, c * LANES + lane));
+            for (partial, qv) in partial.iter_mut().zip(&q) {
                 // SAFETY: `c * 16 + lane < d`, the query's length (asserted).
                 let x = unsafe { *qv.get_unchecked(c * LANES + lane) };
-                for (a, k) in acc.iter_mut().zip(&k) {
-                    *a = x.mul_add(*k, *a);
+                for (acc, k) in partial.iter_mut().zip(&k) {
+                    for (a, k) in acc.iter_mut().zip(k) {
+                        *a = x.mul_add(*k, *a);
+                    }
                 }
             }
         }
-        for (o, acc) in out.iter_mut().zip(&partial) {
-            for (o, a) in o.iter_mut().zip(acc) {
-                *o += a;
+        for (out, partial) in out.iter_mut().zip(&partial) {
+            for (o, p) in out.iter_mut().zip(partial) {
+                for (o, p) in o.iter_mut().zip(p) {
+                    *o += p;
+                }
             }
         }
     }
@@ -468,8 +580,7 @@ unsafe fn read16(p: *const f32) -> [f32; LANES] {
 ///
 /// The CPU must have `L`'s features.
 #[inline(always)]
-unsafe fn widen_into<L: Lanes>(src: &[u16], dst: &mut Vec<f32>) {
-    dst.resize(src.len(), 0.0);
+unsafe fn widen_into<L: Lanes>(src: &[u16], dst: &mut [f32]) {
     for (d16, s16) in dst.chunks_exact_mut(LANES).zip(src.chunks_exact(LANES)) {
         // SAFETY: our caller vouches for `L`'s features.
         let wide = unsafe { L::widen16(s16.try_into().expect("16 halves")) };
@@ -536,7 +647,16 @@ pub fn exp_approx(x: f32) -> f32 {
         p = p.mul_add(r, c);
     }
     let e = p.mul_add(r * r, r) + 1.0;
-    e * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    // 2^n from n's bits, with no float-to-int cast: a cast saturates and maps NaN to 0, which
+    // the compiler checked one lane at a time and which made the softmax a third of a long
+    // prompt's attention. `n` is a whole number in [-126, 0], so `n + 1.5·2^23` holds it in its
+    // low mantissa bits exactly, and the bits are those of `(n as i32 + 127) << 23`.
+    const WHOLE: f32 = 12_582_912.0;
+    let biased = (n + WHOLE)
+        .to_bits()
+        .wrapping_sub(WHOLE.to_bits())
+        .wrapping_add(127);
+    e * f32::from_bits(biased << 23)
 }
 
 /// The value pass of one row of a block for every query head of the group: for head `h`,
@@ -575,7 +695,7 @@ impl WeightedSums<'_> {
                 2 | 3 => 2,
                 _ => 4,
             };
-            let per = (L::ACCUMULATORS / width).clamp(1, 3);
+            let per = (L::ACCUMULATORS / width).clamp(1, 6);
             let mut h = 0;
             while h < self.heads {
                 let heads = per.min(self.heads - h);
@@ -586,7 +706,7 @@ impl WeightedSums<'_> {
                             // inside `out` and `weights` (asserted above); `value16` and
                             // `L` are our caller's promise.
                             $(($w, $h) => unsafe { self.tile::<$w, $h>(h, c, &value16) },)*
-                            _ => unreachable!("tiles of 1, 2 or 4 pieces and 1 to 3 heads"),
+                            _ => unreachable!("tiles of 1, 2 or 4 pieces and 1 to 6 heads"),
                         }
                     };
                 }
@@ -594,12 +714,21 @@ impl WeightedSums<'_> {
                     (1, 1),
                     (1, 2),
                     (1, 3),
+                    (1, 4),
+                    (1, 5),
+                    (1, 6),
                     (2, 1),
                     (2, 2),
                     (2, 3),
+                    (2, 4),
+                    (2, 5),
+                    (2, 6),
                     (4, 1),
                     (4, 2),
-                    (4, 3)
+                    (4, 3),
+                    (4, 4),
+                    (4, 5),
+                    (4, 6)
                 );
                 h += heads;
             }
@@ -652,9 +781,10 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// Head shapes `(heads, kv_heads, head_dim)`: two heads a group with 16 floats, and the
-    /// default model's three with 64 (six readers a tile row, value tiles of four pieces).
-    const SHAPES: [(usize, usize, usize); 2] = [(4, 2, 16), (6, 2, 64)];
+    /// Head shapes `(heads, kv_heads, head_dim)`: two heads a group with 16 floats and with 64
+    /// (value tiles of four pieces), and the default model's three with 64 (a decoding row's
+    /// group of three queries scored against four blocks at once).
+    const SHAPES: [(usize, usize, usize); 3] = [(4, 2, 16), (6, 2, 64), (9, 3, 64)];
 
     /// Plain two-pass softmax attention, one row and head at a time.
     fn naive(keys: &[Vec<f32>], values: &[Vec<f32>], q: &[f32]) -> Vec<f32> {
@@ -699,6 +829,26 @@ mod tests {
             }
         }
         assert_eq!(exp_approx(0.0), 1.0);
+    }
+
+    /// The power of two is built from the bits of `n + 1.5·2^23`; it must be the one a cast
+    /// of `n` to an integer gives, for every `n` the clamped input reaches.
+    #[test]
+    fn exp_approx_scales_by_the_cast_power_of_two() {
+        for n in -126..=0 {
+            let x = n as f32 * std::f32::consts::LN_2;
+            let n = (x.clamp(-87.0, 0.0) * std::f32::consts::LOG2_E + 0.5).floor();
+            let by_cast = f32::from_bits(((n as i32 + 127) << 23) as u32);
+            let whole = 12_582_912f32;
+            let by_bits = f32::from_bits(
+                (n + whole)
+                    .to_bits()
+                    .wrapping_sub(whole.to_bits())
+                    .wrapping_add(127)
+                    << 23,
+            );
+            assert_eq!(by_bits.to_bits(), by_cast.to_bits(), "2^{n}");
+        }
     }
 
     #[test]
@@ -757,6 +907,9 @@ mod tests {
         }
         let queries = rand_vec(ctx * heads * d);
         let q = |row: usize, head: usize| queries[(row * heads + head) * d..].as_ptr();
+        // One scratch for every call, as a compute thread keeps its own across tasks: what one
+        // task leaves in it must not reach the next.
+        let scratch = std::cell::RefCell::new(Scratch::default());
         // Rows `start..start + rows` of KV head `kv_head`, partitions `parts`, into `out`.
         let attend = |kernel: Kernel,
                       (start, rows): (usize, usize),
@@ -783,7 +936,7 @@ mod tests {
                     &pool,
                     &task,
                     d,
-                    &mut Scratch::default(),
+                    &mut scratch.borrow_mut(),
                     |r, h| q(start + r, h),
                     out,
                 )

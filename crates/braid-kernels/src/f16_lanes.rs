@@ -45,8 +45,8 @@ pub(crate) struct Avx512Lanes;
 
 #[cfg(target_arch = "x86_64")]
 impl Lanes for Avx512Lanes {
-    /// 32 registers: 12 accumulators, 4 widened value rows and a weight.
-    const ACCUMULATORS: usize = 12;
+    /// 32 registers: 24 accumulators, 4 widened value rows and a weight.
+    const ACCUMULATORS: usize = 24;
 
     #[inline(always)]
     unsafe fn widen16(bits: &[u16; 16]) -> [f32; 16] {
