@@ -4,6 +4,8 @@
 //! every thread. Prints the rate as floating-point operations per second (a causal prompt of
 //! `n` rows does `n(n+1)/2` query-key pairs, each `4 · head_dim` operations: the scores and the
 //! weighted values) beside this CPU's f32 multiply-add peak, measured by the same run.
+//! With `--decode`, the lengths are contexts, and it times one layer of a lone decoding row
+//! (`--grouped`: in tasks of a KV head's three query heads, as a batch has them).
 
 use braid_kernels::attention::{attend_group, parts_for, GroupTask, Scratch, ROW_TILE};
 use braid_kernels::{Kernel, KvPool, KvShape, SendPtr};
@@ -26,6 +28,8 @@ fn main() {
     } else {
         lengths
     };
+    let decode = std::env::args().any(|a| a == "--decode");
+    let grouped = std::env::args().any(|a| a == "--grouped");
     let threads = rayon::current_num_threads();
     let peak = f32_peak_gflops();
     println!(
@@ -35,6 +39,13 @@ fn main() {
         "{:>7} {:>10} {:>9} {:>8}",
         "prompt", "ms/layer", "GFLOP/s", "of peak"
     );
+    if decode {
+        println!("{:>7} {:>10}", "context", "µs/layer");
+        for n in lengths {
+            println!("{n:>7} {:>10.2}", decode_us(kernel, n, grouped));
+        }
+        return;
+    }
     for n in lengths {
         let ms = layer_ms(kernel, n);
         let pairs = (n * (n + 1) / 2) as f64;
@@ -46,8 +57,9 @@ fn main() {
     }
 }
 
-/// Median milliseconds of one layer's attention over an `n`-token prompt.
-fn layer_ms(kernel: Kernel, n: usize) -> f64 {
+/// A one-layer pool holding `n` positions of random keys and values, its block table, and
+/// random queries for every position.
+fn filled_pool(n: usize) -> (KvPool, Vec<u32>, Vec<f32>) {
     let shape = KvShape {
         num_layers: 1,
         num_kv_heads: KV_HEADS,
@@ -69,6 +81,60 @@ fn layer_ms(kernel: Kernel, n: usize) -> f64 {
         pool.write(0, &table, pos, &k, &v);
     }
     let q: Vec<f32> = (0..n * HEADS * D).map(|_| next()).collect();
+    (pool, table, q)
+}
+
+/// Median microseconds of one layer's attention for a lone sequence decoding its row at
+/// position `n - 1`, in the tasks the model gives it at a short context: one per query head,
+/// or with `grouped` one per KV head (as a batch of sequences has them).
+fn decode_us(kernel: Kernel, n: usize, grouped: bool) -> f64 {
+    let (pool, table, q) = filled_pool(n);
+    let mut out = vec![0f32; HEADS * D];
+    let g = HEADS / KV_HEADS;
+    let group = if grouped { g } else { 1 };
+    let tasks: Vec<GroupTask> = (0..HEADS / group)
+        .map(|t| GroupTask {
+            layer: 0,
+            block_table: &table,
+            start: n - 1,
+            rows: 1,
+            kv_head: t * group / g,
+            first_head: t * group,
+            group,
+            parts: 0..parts_for(n - 1, BLOCK),
+            split: false,
+            window: None,
+        })
+        .collect();
+    let out_ptr = SendPtr::new(out.as_mut_ptr());
+    let mut times = Vec::new();
+    for _ in 0..2000 {
+        let t = Instant::now();
+        tasks.par_iter().for_each_init(Scratch::default, |s, task| {
+            // SAFETY: each task is one head of the one row; its query and output are `D`
+            // floats inside `q` and `out`, which outlive the loop.
+            unsafe {
+                attend_group(
+                    kernel,
+                    &pool,
+                    task,
+                    D,
+                    s,
+                    |_, h| q.as_ptr().add(((n - 1) * HEADS + h) * D),
+                    |_, h| out_ptr.get().add(h * D),
+                )
+            }
+        });
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    std::hint::black_box(&out);
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// Median milliseconds of one layer's attention over an `n`-token prompt.
+fn layer_ms(kernel: Kernel, n: usize) -> f64 {
+    let (pool, table, q) = filled_pool(n);
     let mut out = vec![0f32; n * HEADS * D];
     let g = HEADS / KV_HEADS;
     let mut tasks = Vec::new();

@@ -17,7 +17,7 @@
 //!
 //! Inside a partition both passes are small matrix products held in registers, shaped so that
 //! each loaded vector feeds many multiply-adds: scores take up to 6 queries against 2 blocks of
-//! keys at once (a prompt tile), or 1 to 3 queries against 4 to 8 blocks (a decoding row,
+//! keys at once (a prompt tile), or 1 to 3 queries against 4 blocks (a decoding row,
 //! whose few chains would otherwise wait on each other); the value pass takes up to 6 (row,
 //! head) pairs that read the same keys of a block. The order of every sum is that of a lone
 //! row, so the grouping changes the speed and never the bits. A long prompt's attention ran at
@@ -341,8 +341,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                     (2, 6),
                     (4, 1),
                     (4, 2),
-                    (4, 3),
-                    (8, 1)
+                    (4, 3)
                 );
                 i += qn;
             }
@@ -477,9 +476,10 @@ fn prefetch(data: &[u16]) {
 /// Keys scored together: one 512-bit vector of f32.
 const LANES: usize = 16;
 
-/// Blocks scored together at most: a lone query with eight blocks of keys keeps eight chains
-/// of multiply-adds in flight.
-const MAX_RUN: usize = 8;
+/// Blocks scored together at most: a lone query with four blocks of keys keeps four chains of
+/// multiply-adds in flight. Eight were slower than one: their sums, partial sums and key
+/// vectors outgrew the registers.
+const MAX_RUN: usize = 4;
 
 /// The most queries [`scores16`] takes at once against `nb` blocks (the groups it is compiled
 /// for).
@@ -487,8 +487,7 @@ fn most_queries(nb: usize) -> usize {
     match nb {
         1 => 12,
         2 => 6,
-        4 => 3,
-        _ => 1,
+        _ => 3,
     }
 }
 
@@ -498,7 +497,7 @@ fn most_queries(nb: usize) -> usize {
 /// many, so that each broadcast query value meets two key vectors.
 fn blocks_together(readers: usize, accumulators: usize) -> usize {
     let products = accumulators / 2;
-    [MAX_RUN, 4, 2, 1]
+    [MAX_RUN, 2, 1]
         .into_iter()
         .find(|&nb| {
             nb * readers.min(most_queries(nb)) <= products
