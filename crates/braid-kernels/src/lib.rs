@@ -23,6 +23,7 @@
 //! tests compare each path the CPU has to the portable one bit for bit.
 
 pub mod attention;
+mod attention_tiles;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
