@@ -29,6 +29,9 @@ pub enum Scenario {
     Poisson(PoissonArgs),
     /// Long prompts cold, then again, then sharing a prefix: what a prefix cache saves.
     PrefixCache(PrefixCacheArgs),
+    /// Answers that copy the prompt, with and without a `prediction`, and random text at
+    /// one and many streams: what speculative decoding gains and costs.
+    Speculative(SpeculativeArgs),
     /// Print ratios a/b of two saved reports (throughput, goodput, latency percentiles).
     Compare(CompareArgs),
 }
@@ -40,6 +43,7 @@ impl Scenario {
             Scenario::Interference(_) => "interference",
             Scenario::Poisson(_) => "poisson",
             Scenario::PrefixCache(_) => "prefix-cache",
+            Scenario::Speculative(_) => "speculative",
             Scenario::Compare(_) => "compare",
         }
     }
@@ -230,6 +234,30 @@ pub struct PrefixCacheArgs {
     /// Tokens each request generates.
     #[arg(long, default_value_t = 8)]
     pub max_tokens: usize,
+}
+
+/// Edit requests one at a time, then random text at one and at many streams.
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct SpeculativeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Edit requests (chat: a text back with one change), sent without and then with the
+    /// unchanged text as `prediction`.
+    #[arg(long, default_value_t = 8)]
+    pub edits: usize,
+    /// Most tokens of an edit's answer (it ends where the model ends it).
+    #[arg(long, default_value_t = 300)]
+    pub max_tokens: usize,
+    /// Random-text requests at one stream.
+    #[arg(long, default_value_t = 6)]
+    pub random_requests: usize,
+    /// Streams of the many-stream random phase (twice as many requests).
+    #[arg(long, default_value_t = 16)]
+    pub random_concurrency: usize,
+    #[arg(long, default_value_t = 24)]
+    pub random_prompt_tokens: usize,
+    #[arg(long, default_value_t = 128)]
+    pub random_max_tokens: usize,
 }
 
 #[derive(Args, Debug, Clone)]

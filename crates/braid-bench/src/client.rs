@@ -33,6 +33,8 @@ pub struct Client {
     api_key: Option<String>,
     /// Sent as every request's `response_format` (`braid bench --json-schema`).
     response_format: Option<Value>,
+    /// Completions are sampled at this temperature, seeded per request, instead of greedy.
+    sampled: Option<f64>,
 }
 
 /// How one request went, with times as seconds since it was sent.
@@ -87,6 +89,7 @@ impl Client {
             base: base_url.trim_end_matches('/').to_string(),
             api_key,
             response_format: None,
+            sampled: None,
         })
     }
 
@@ -97,6 +100,13 @@ impl Client {
             "type": "json_schema",
             "json_schema": {"name": "bench", "schema": schema, "strict": true},
         }));
+        self
+    }
+
+    /// Completions are sampled at `temperature`, each with a seed of its own (the same for the
+    /// same prompt), instead of greedy: text nothing can predict.
+    pub fn sampled(mut self, temperature: f64) -> Self {
+        self.sampled = Some(temperature);
         self
     }
 
@@ -164,8 +174,42 @@ impl Client {
         max_tokens: usize,
         deadline: Instant,
     ) -> Trace {
-        let body = request_body(model, prompt, max_tokens, self.response_format.as_ref());
-        let rb = self.authorized(self.http.post(self.endpoint("completions")).json(&body));
+        let mut body = request_body(model, prompt, max_tokens, self.response_format.as_ref());
+        if let Some(t) = self.sampled {
+            body["temperature"] = json!(t);
+            body["seed"] = json!(crate::prompts::mix(0, prompt_hash(prompt)) >> 1);
+        }
+        self.stream("completions", &body, deadline).await
+    }
+
+    /// Sends one streaming, greedy chat completion of `messages`, with OpenAI's `prediction`
+    /// when one is given, and times it; the answer ends where the model ends it (or at
+    /// `max_tokens`).
+    pub async fn chat(
+        &self,
+        model: &str,
+        messages: &Value,
+        prediction: Option<&str>,
+        max_tokens: usize,
+        deadline: Instant,
+    ) -> Trace {
+        let mut body = json!({
+            "model": model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "stream": true,
+            "temperature": 0,
+            "stream_options": {"include_usage": true},
+        });
+        if let Some(text) = prediction {
+            body["prediction"] = json!({"type": "content", "content": text});
+        }
+        self.stream("chat/completions", &body, deadline).await
+    }
+
+    /// POSTs `body` to `path` under `/v1`, reads its SSE stream and times each token.
+    async fn stream(&self, path: &str, body: &Value, deadline: Instant) -> Trace {
+        let rb = self.authorized(self.http.post(self.endpoint(path)).json(body));
         let sent = Instant::now();
         let mut t = Trace {
             sent,
@@ -279,6 +323,13 @@ pub fn request_body(
         None => body["ignore_eos"] = json!(true),
     }
     body
+}
+
+/// A stable hash of a prompt, for its seed.
+fn prompt_hash(prompt: &Prompt) -> u64 {
+    let text = serde_json::to_string(prompt).unwrap_or_default();
+    text.bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

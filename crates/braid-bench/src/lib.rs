@@ -6,7 +6,7 @@
 //! uses the measures of DESIGN.md ("Measures") by name and definition: TTFT, ITL, TPOT,
 //! stall, throughput, goodput.
 //!
-//! The main binary exposes it as `braid bench <scaling|interference|poisson|prefix-cache|compare>`:
+//! The main binary exposes it as `braid bench <scaling|interference|poisson|prefix-cache|speculative|compare>`:
 //! flatten [`BenchArgs`] into a subcommand and call [`run`].
 //!
 //! ```text
@@ -14,6 +14,7 @@
 //! braid bench interference --url http://127.0.0.1:8081 --label llama.cpp --out results/llama
 //! braid bench poisson      --rate 2 --duration-secs 60 --slo-ttft-ms 1000 --slo-itl-p99-ms 250
 //! braid bench prefix-cache --prompts 8 --prompt-tokens 1000 --out results/braid
+//! braid bench speculative  --label on --out results/on     (then against --speculative off)
 //! braid bench compare results/braid/scaling.json results/llama/scaling.json [--json]
 //! ```
 
@@ -21,6 +22,7 @@ pub mod args;
 pub mod chart;
 pub mod client;
 pub mod compare;
+pub mod edit_texts;
 #[cfg(test)]
 mod fixtures;
 pub mod progress;
@@ -48,6 +50,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Interference(a) => &a.common,
         Scenario::Poisson(a) => &a.common,
         Scenario::PrefixCache(a) => &a.common,
+        Scenario::Speculative(a) => &a.common,
     };
     let report = scenario::execute(&args.scenario).await?;
     println!("{}", report::summary_table(&report));

@@ -21,6 +21,8 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// The generation model also embeds, its final hidden states pooled so (`--pooling`).
     pub pooling: Option<braid_embedding::Pooling>,
+    /// Speculative decoding (`--speculative`, `--num-speculative-tokens`).
+    pub speculation: crate::Speculation,
 }
 
 impl EngineConfig {

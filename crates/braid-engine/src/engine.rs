@@ -22,14 +22,15 @@
 //! nothing could answer its requests any more.
 
 use crate::config::EngineConfig;
+use crate::drafter::{RecentAnswers, SequenceDrafter, Speculation};
 use crate::embedding_work::{EmbeddingWork, PooledSlice};
 use crate::handle::{EngineHandle, EngineMessage, EngineShared, Submitted};
 use crate::observer::{EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming};
-use crate::request::{EmbeddingModel, EngineEvent, EngineRequest, Finished};
+use crate::request::{EmbeddingModel, EngineEvent, EngineRequest, Finished, PredictionUsage};
 use braid_embedding::SentenceEmbedder;
 use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
 use braid_sched::{
-    CacheEvent, FinishReason, Scheduler, SchedulerConfig, SeqId, StepFeatures, StepPlan,
+    CacheEvent, FinishReason, Scheduler, SchedulerConfig, SeqId, SeqState, StepFeatures, StepPlan,
     StopConditions,
 };
 use rayon::prelude::*;
@@ -92,6 +93,8 @@ pub fn spawn_engine(
                 steps: 0,
                 embeddings: (embedder.is_some() || pooling.is_some())
                     .then(|| EmbeddingWork::new(embedder, pooling, hidden_size)),
+                speculation: cfg.speculation,
+                recent: RecentAnswers::new(RECENT_ANSWER_TOKENS),
             };
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 // After calibrating, which ends with a fresh scheduler.
@@ -133,7 +136,11 @@ struct Active {
     cached_tokens: usize,
     queue_secs: Option<f64>,
     span: tracing::Span,
+    drafter: SequenceDrafter,
 }
+
+/// Tokens of recent answers kept for drafting (4 bytes each): enough for many agents' turns.
+const RECENT_ANSWER_TOKENS: usize = 1 << 20;
 
 pub(crate) struct Engine {
     epoch: Instant,
@@ -152,11 +159,41 @@ pub(crate) struct Engine {
     cache_events: bool,
     /// The embedding model and its requests, when one is served.
     pub(crate) embeddings: Option<EmbeddingWork>,
+    speculation: Speculation,
+    /// Answers of finished requests, a draft source for everyone.
+    recent: RecentAnswers,
 }
 
-/// What a step's forward gives back: each sampled token, and the hidden rows of each text read
-/// for an embedding.
-type ForwardOutput = (Vec<(SeqId, Sampled)>, Vec<PooledSlice>);
+/// What a step's forward gives back: each sampled chunk's tokens (one, or more where a draft
+/// was accepted), and the hidden rows of each text read for an embedding.
+type ForwardOutput = (Vec<(SeqId, Vec<Sampled>)>, Vec<PooledSlice>);
+
+/// One sampled chunk's rows of logits: its last row, or a verified draft's rows.
+struct RowsToSample<'a> {
+    id: SeqId,
+    sampler: &'a mut Sampler,
+    logits: &'a [f32],
+    /// The drafted tokens fed after the first row, one per row after it.
+    draft: &'a [u32],
+    stops: &'a [u32],
+}
+
+impl RowsToSample<'_> {
+    /// Samples the rows in order until a sample differs from the drafted token fed after it, or
+    /// ends the answer.
+    fn sample(&mut self, vocab: usize) -> Vec<Sampled> {
+        let mut tokens = Vec::with_capacity(1 + self.draft.len());
+        for (i, row) in self.logits.chunks_exact(vocab).enumerate() {
+            let s = self.sampler.sample(row);
+            let agreed = self.draft.get(i) == Some(&s.token) && !self.stops.contains(&s.token);
+            tokens.push(s);
+            if !agreed {
+                break;
+            }
+        }
+        tokens
+    }
+}
 
 /// A token sampled in this step, as the step will report and send it.
 struct Outgoing {
@@ -195,6 +232,7 @@ impl Engine {
             }
             self.drop_departed(&rx);
             let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.propose_drafts();
                 let plan = self.sched.plan(self.now());
                 if plan.is_empty() {
                     self.report_preempted(&plan);
@@ -262,6 +300,9 @@ impl Engine {
             } => {
                 // Not active: the scheduler ended it first, and it is already reported.
                 if self.active.contains_key(&id) {
+                    if let Some(seq) = self.sched.sequence(id) {
+                        self.recent.add(&seq.tokens[seq.prompt_len..]);
+                    }
                     self.sched.abort(id);
                     self.finish(id, reason, completion_tokens, None);
                 }
@@ -285,6 +326,7 @@ impl Engine {
             first_of_request,
             params,
             constraint,
+            prediction,
             stop_token_ids,
             arrival,
             events,
@@ -325,6 +367,7 @@ impl Engine {
                 cached_tokens: 0,
                 queue_secs: None,
                 span,
+                drafter: SequenceDrafter::new(prediction),
             },
         );
     }
@@ -402,12 +445,19 @@ impl Engine {
                 return self.fail_all(&format!("embedding model error: {e}"));
             }
         }
-        let ids: Vec<(SeqId, u32)> = sampled.iter().map(|(id, s)| (*id, s.token)).collect();
+        let ids: Vec<(SeqId, u32)> = sampled
+            .iter()
+            .flat_map(|(id, tokens)| tokens.iter().map(|s| (*id, s.token)))
+            .collect();
+        let drafts = self.count_verified(plan, &sampled);
         let finished: Vec<(SeqId, FinishReason)> = self
             .sched
             .commit(plan, &ids)
             .into_iter()
-            .map(|f| (f.seq.id, f.reason))
+            .map(|f| {
+                self.recent.add(&f.seq.tokens[f.seq.prompt_len..]);
+                (f.seq.id, f.reason)
+            })
             .collect();
         let duration = started.elapsed();
         self.sched
@@ -415,9 +465,9 @@ impl Engine {
         self.report_preempted(plan);
 
         let now = Instant::now();
-        let mut outgoing = Vec::with_capacity(sampled.len());
+        let mut outgoing = Vec::with_capacity(ids.len());
         let mut token_gaps = Vec::new();
-        for (id, token) in sampled {
+        for (id, tokens) in sampled {
             let Some(a) = self.active.get_mut(&id) else {
                 continue;
             };
@@ -426,29 +476,35 @@ impl Engine {
                 .iter()
                 .find(|f| f.0 == id)
                 .map(|&(_, reason)| reason);
-            let timing = match end {
-                Some(FinishReason::Stop) => None,
-                _ if a.score_only => None,
-                _ => {
-                    let timing = match a.last_token {
-                        Some(last) => {
-                            let gap = now.duration_since(last);
-                            token_gaps.push(gap);
-                            TokenTiming::Next(gap)
-                        }
-                        None => TokenTiming::First(now.duration_since(a.arrival)),
-                    };
-                    a.last_token = Some(now);
-                    a.generated += 1;
-                    Some(timing)
-                }
-            };
-            outgoing.push(Outgoing {
-                id,
-                token,
-                timing,
-                end,
-            });
+            let last = tokens.len() - 1;
+            for (i, token) in tokens.into_iter().enumerate() {
+                let end = end.filter(|_| i == last);
+                let timing = match end {
+                    Some(FinishReason::Stop) => None,
+                    _ if a.score_only => None,
+                    _ => {
+                        // Tokens after the first of a verified draft come with it: no gap.
+                        let timing = match a.last_token {
+                            Some(_) if i > 0 => TokenTiming::Next(Duration::ZERO),
+                            Some(last) => {
+                                let gap = now.duration_since(last);
+                                token_gaps.push(gap);
+                                TokenTiming::Next(gap)
+                            }
+                            None => TokenTiming::First(now.duration_since(a.arrival)),
+                        };
+                        a.last_token = Some(now);
+                        a.generated += 1;
+                        Some(timing)
+                    }
+                };
+                outgoing.push(Outgoing {
+                    id,
+                    token,
+                    timing,
+                    end,
+                });
+            }
         }
         self.observer.step(&StepStats {
             at: self.epoch.elapsed(),
@@ -466,6 +522,7 @@ impl Engine {
             token_gaps,
             embed_texts: plan.num_embed_texts(),
             embed_tokens: plan.num_embed_tokens(),
+            drafts,
         });
         for out in outgoing {
             self.send(out);
@@ -505,22 +562,29 @@ impl Engine {
 
     /// The step's sampled tokens, and the hidden rows of the texts read for an embedding.
     fn forward_and_sample(&mut self, plan: &StepPlan) -> braid_model::Result<ForwardOutput> {
+        let sequence = |id| self.sched.sequence(id).expect("planned sequence exists");
+        let fed: Vec<_> = plan
+            .chunks
+            .iter()
+            .map(|c| sequence(c.seq).chunk_tokens(c))
+            .collect();
         let mut entries = Vec::with_capacity(plan.chunks.len());
-        for c in &plan.chunks {
-            let seq = self.sched.sequence(c.seq).expect("planned sequence exists");
+        for (c, tokens) in plan.chunks.iter().zip(&fed) {
+            let seq = sequence(c.seq);
             // A text read for an embedding wants its hidden rows, never logits or a sample.
             let pooled = self.embeddings.as_ref().is_some_and(|w| w.is_pooled(c.seq));
             entries.push(BatchEntry {
-                tokens: &seq.tokens[c.range()],
+                tokens,
                 start: c.start,
                 block_table: &seq.block_table,
                 sample: c.sample && !pooled,
-                all_logits: c.all_logits && !pooled,
+                all_logits: (c.all_logits || c.drafted > 0) && !pooled,
                 hidden: pooled,
             });
         }
-        // Where each chunk's logits start, and the row each sampled chunk samples from: a
-        // scored prompt's chunk brings every row's logits, any other its last row if sampled.
+        // Where each chunk's logits start, and the rows each sampled chunk samples from: a
+        // scored prompt's chunk brings every row's logits, a verified draft its own rows, any
+        // other its last row if sampled.
         let mut first_rows = Vec::with_capacity(entries.len());
         let mut sampled_rows = Vec::with_capacity(plan.num_samples());
         let mut row = 0;
@@ -528,7 +592,7 @@ impl Engine {
             first_rows.push(row);
             row += e.logit_rows();
             if e.sample {
-                sampled_rows.push((c.seq, row - 1));
+                sampled_rows.push((c.seq, row - 1 - c.drafted, c.drafted));
             }
         }
         // Structured outputs' masks depend only on the tokens already taken: they are computed
@@ -537,7 +601,7 @@ impl Engine {
             .active
             .iter_mut()
             .filter(|(id, a)| {
-                a.sampler.masks_next() && sampled_rows.iter().any(|(seq, _)| seq == *id)
+                a.sampler.masks_next() && sampled_rows.iter().any(|(seq, ..)| seq == *id)
             })
             .map(|(_, a)| &mut a.sampler)
             .collect();
@@ -572,7 +636,7 @@ impl Engine {
         let vocab = self.model.as_ref().expect(generation).config().vocab_size;
         let row_logits = |row: usize| &logits[row * vocab..(row + 1) * vocab];
         for ((c, e), first) in plan.chunks.iter().zip(&entries).zip(first_rows) {
-            if !e.all_logits {
+            if !e.all_logits || c.drafted > 0 {
                 continue;
             }
             let a = self
@@ -594,16 +658,26 @@ impl Engine {
             .iter_mut()
             .map(|(&id, a)| (id, &mut a.sampler))
             .collect();
-        let mut rows: Vec<(SeqId, &mut Sampler, &[f32])> = sampled_rows
+        // A verified draft's rows are sampled in order, as plain decoding would sample them one
+        // step at a time, until a sample differs from the drafted token fed after it (or ends
+        // the answer): the tokens, logprobs and RNG draws are exactly plain decoding's.
+        let mut rows: Vec<RowsToSample> = sampled_rows
             .into_iter()
-            .map(|(seq, row)| {
-                let sampler = samplers.remove(&seq).expect("planned sequence is active");
-                (seq, sampler, row_logits(row))
+            .map(|(id, row, drafted)| {
+                let sampler = samplers.remove(&id).expect("planned sequence is active");
+                let seq = self.sched.sequence(id).expect("planned sequence exists");
+                RowsToSample {
+                    id,
+                    sampler,
+                    logits: &logits[row * vocab..(row + 1 + drafted) * vocab],
+                    draft: &seq.draft[..drafted],
+                    stops: &seq.stop_token_ids,
+                }
             })
             .collect();
         let sampled = rows
             .par_iter_mut()
-            .map(|(id, sampler, logits)| (*id, sampler.sample(logits)))
+            .map(|rows| (rows.id, rows.sample(vocab)))
             .collect();
         Ok((sampled, pooled))
     }
@@ -639,6 +713,10 @@ impl Engine {
             completion_tokens,
             cached_tokens: a.cached_tokens,
             queue_secs: a.queue_secs,
+            prediction: a.drafter.prediction.as_ref().map(|p| PredictionUsage {
+                accepted: p.accepted,
+                rejected: p.rejected(),
+            }),
         };
         let _ = a.events.send(match last {
             Some(token) => EngineEvent::Token {
@@ -647,6 +725,50 @@ impl Engine {
             },
             None => EngineEvent::Done(finished),
         });
+    }
+
+    /// Hands the scheduler a draft for every decoding sequence that has one (it decides how
+    /// much of each the step verifies).
+    fn propose_drafts(&mut self) {
+        let spec = self.speculation;
+        for (&id, a) in self.active.iter_mut() {
+            if !spec.ngram && a.drafter.prediction.is_none() {
+                continue;
+            }
+            let Some(seq) = self.sched.sequence(id) else {
+                continue;
+            };
+            if seq.state != SeqState::Decoding || a.score_only {
+                continue;
+            }
+            let draft = a
+                .drafter
+                .draft(&seq.tokens, seq.prompt_len, &self.recent, spec);
+            if !draft.is_empty() {
+                self.sched.set_draft(id, draft);
+            }
+        }
+    }
+
+    /// Each verified draft of the step: (drafted, accepted). Tells each request's drafter how
+    /// its draft fared.
+    fn count_verified(
+        &mut self,
+        plan: &StepPlan,
+        sampled: &[(SeqId, Vec<Sampled>)],
+    ) -> Vec<(usize, usize)> {
+        let mut drafts = Vec::new();
+        for c in plan.chunks.iter().filter(|c| c.drafted > 0) {
+            let Some((_, tokens)) = sampled.iter().find(|(id, _)| *id == c.seq) else {
+                continue;
+            };
+            let accepted = tokens.len() - 1;
+            if let Some(a) = self.active.get_mut(&c.seq) {
+                a.drafter.verified(accepted);
+            }
+            drafts.push((c.drafted, accepted));
+        }
+        drafts
     }
 
     fn report_preempted(&self, plan: &StepPlan) {

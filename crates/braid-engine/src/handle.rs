@@ -262,6 +262,7 @@ mod tests {
             first_of_request: None,
             params: SamplingParams::greedy(),
             constraint: None,
+            prediction: None,
             stop_token_ids: vec![],
             arrival: Instant::now(),
             events: tokio::sync::mpsc::unbounded_channel().0,

@@ -39,6 +39,7 @@
 mod calibration_run;
 pub mod compute_pool;
 mod config;
+mod drafter;
 mod embedding_work;
 mod engine;
 mod handle;
@@ -49,11 +50,13 @@ mod step_watch;
 pub use braid_embedding::{Pooling, SentenceEmbedder};
 pub use braid_sched::{CacheEvent, FinishReason};
 pub use config::EngineConfig;
+pub use drafter::Speculation;
 pub use engine::spawn_engine;
 pub use handle::{EmbedSubmitted, EngineHandle, EngineMessage, EngineStats, Submitted};
 pub use observer::{
     EmbeddingDone, EngineInfo, EngineObserver, RequestEvent, StepStats, TokenTiming,
 };
 pub use request::{
-    EmbedRequest, Embedded, EmbeddingModel, EngineEvent, EngineRequest, Finished, SubmitError,
+    EmbedRequest, Embedded, EmbeddingModel, EngineEvent, EngineRequest, Finished, PredictionUsage,
+    SubmitError,
 };

@@ -53,6 +53,20 @@ pub struct StepStats {
     /// Texts the embedding model ran in this step, and their tokens with padding.
     pub embed_texts: usize,
     pub embed_tokens: usize,
+    /// Each draft the step verified: tokens drafted, and how many of them were accepted.
+    pub drafts: Vec<(usize, usize)>,
+}
+
+impl StepStats {
+    /// Drafted tokens the step verified.
+    pub fn drafted_tokens(&self) -> usize {
+        self.drafts.iter().map(|d| d.0).sum()
+    }
+
+    /// Drafted tokens the step accepted.
+    pub fn accepted_tokens(&self) -> usize {
+        self.drafts.iter().map(|d| d.1).sum()
+    }
 }
 
 /// An embedding request answered.

@@ -32,6 +32,8 @@ pub struct EngineRequest {
     pub params: SamplingParams,
     /// A structured output's grammar, which every sampled token follows.
     pub constraint: Option<TokenConstraint>,
+    /// The answer's expected tokens (OpenAI's Predicted Outputs), drafted for verification.
+    pub prediction: Option<Vec<u32>>,
     /// Generation ends when one of these is sampled (empty with `ignore_eos`). The stop token
     /// itself is not part of the output.
     pub stop_token_ids: Vec<u32>,
@@ -90,6 +92,16 @@ pub struct Finished {
     pub cached_tokens: usize,
     /// Arrival to first scheduled, when it was scheduled at all.
     pub queue_secs: Option<f64>,
+    /// How the request's `prediction` fared, when it had one.
+    pub prediction: Option<PredictionUsage>,
+}
+
+/// OpenAI's `accepted_prediction_tokens` and `rejected_prediction_tokens`: the prediction's
+/// tokens that became part of the answer, and the rest of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PredictionUsage {
+    pub accepted: usize,
+    pub rejected: usize,
 }
 
 #[derive(Debug)]

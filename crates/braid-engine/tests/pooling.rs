@@ -51,6 +51,7 @@ fn engine(arch: Arch, seed: u64, pooling: Pooling) -> (EngineHandle, tempfile::T
         starvation_after: Duration::from_secs(2),
         prefix_caching: true,
         pooling: Some(pooling),
+        speculation: Default::default(),
     };
     let h = spawn_engine(Some(model), None, cfg, Arc::new(Quiet)).unwrap();
     (h, dir)

@@ -12,11 +12,13 @@
 //!     for r in new_requests { sched.add(id, prompt, stop_conditions, now) }  // refused before, if ever
 //!     for id in ended_outside { sched.abort(id); }                          // client left, stop string, deadline
 //!     for t in texts_to_embed { sched.add_embedding(t) }                    // no sequence, no KV
+//!     for (id, guess) in drafts { sched.set_draft(id, guess) }            // speculative decoding
 //!     let plan = sched.plan(now);
 //!     if plan.is_empty() { wait for work; continue }
 //!     let t0 = Instant::now();
 //!     let logits = model.forward(&plan, |id| sched.sequence(id));        // one batch
-//!     let sampled = sample(&plan, logits);                               // (seq, token) per chunk.sample
+//!     let sampled = sample(&plan, logits);                               // (seq, token) per chunk.sample,
+//!                                                                        // more while drafts agree
 //!     let vectors = embedder.embed(&plan.embeddings);                    // one forward, rows stacked
 //!     let finished = sched.commit(&plan, &sampled);                      // stop token, max_tokens, context end
 //!     sched.observe_step(StepFeatures::of(&plan), t0.elapsed().as_secs_f64());
@@ -35,7 +37,9 @@ pub mod cache_events;
 pub mod calibration;
 pub mod config;
 pub mod cost_model;
+pub mod draft_acceptance;
 pub mod embedding_queue;
+pub mod ngram_index;
 pub mod planner;
 pub mod prefix_cache;
 pub mod prompt_shares;
@@ -48,7 +52,9 @@ pub use cache_events::{CacheEvent, CacheEvents};
 pub use calibration::{Calibration, CalibrationChunk};
 pub use config::SchedulerConfig;
 pub use cost_model::{CostModel, StepFeatures};
+pub use draft_acceptance::DraftAcceptance;
 pub use embedding_queue::{EmbedRequestId, EmbedText, EmbeddingBatch};
+pub use ngram_index::NgramIndex;
 pub use planner::Scheduler;
 pub use prefix_cache::{BlockHash, BlockHasher, PrefixCacheStats};
 pub use sequence::{FinishReason, FinishedSeq, SeqId, SeqState, Sequence, StopConditions};

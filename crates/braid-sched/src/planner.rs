@@ -103,6 +103,8 @@ pub struct Scheduler {
     headroom: StepHeadroom,
     shares: PromptShares,
     embeddings: EmbeddingQueue,
+    /// Every sequence's drafts together: where a new sequence's estimate starts.
+    acceptance: crate::DraftAcceptance,
 }
 
 /// Running totals while one step is assembled.
@@ -147,6 +149,7 @@ impl Scheduler {
             headroom: StepHeadroom::default(),
             shares: PromptShares::default(),
             embeddings: EmbeddingQueue::default(),
+            acceptance: crate::DraftAcceptance::default(),
         }
     }
 
@@ -261,9 +264,10 @@ impl Scheduler {
     pub fn plan(&mut self, now: f64) -> StepPlan {
         let mut plan = StepPlan::default();
         self.plan_decodes(&mut plan);
+        self.plan_drafts(&mut plan);
         let decodes = plan.chunks.len();
         let mut budget = StepBudget {
-            used_tokens: decodes,
+            used_tokens: plan.num_tokens(),
             features: StepFeatures::of(&plan),
             decodes,
             target_secs: self
@@ -470,6 +474,7 @@ impl Scheduler {
                 sample: true,
                 is_decode: true,
                 all_logits: false,
+                drafted: 0,
             });
             i += 1;
         }
@@ -575,6 +580,7 @@ impl Scheduler {
             sample: start + len == seq.tokens.len(),
             is_decode: false,
             all_logits: seq.score_prompt,
+            drafted: 0,
         });
         self.shares.read(id, len);
         budget.used_tokens += len;
@@ -634,15 +640,21 @@ impl Scheduler {
     /// Returns the sequences the new tokens ended ([`Sequence::finish_reason`]), in plan
     /// order, already removed with their blocks freed.
     pub fn commit(&mut self, plan: &StepPlan, sampled: &[(SeqId, u32)]) -> Vec<FinishedSeq> {
-        let sampled: HashMap<SeqId, u32> = sampled.iter().copied().collect();
+        let mut by_seq: HashMap<SeqId, Vec<u32>> = HashMap::new();
+        for &(id, token) in sampled {
+            by_seq.entry(id).or_default().push(token);
+        }
         let mut ended = Vec::new();
         for chunk in &plan.chunks {
             let Some(seq) = self.seqs.get_mut(&chunk.seq) else {
                 continue;
             };
+            // The rows before the one sampled first, which are the sequence's own tokens.
+            let before_sampled = chunk.len - 1 - chunk.drafted;
             let stale = !seq.is_running()
                 || seq.num_computed != chunk.start
-                || chunk.start + chunk.len > seq.tokens.len();
+                || chunk.start + before_sampled >= seq.tokens.len()
+                || seq.draft.len() < chunk.drafted;
             if stale {
                 debug_assert!(
                     false,
@@ -650,27 +662,35 @@ impl Scheduler {
                 );
                 continue;
             }
-            seq.num_computed += chunk.len;
-            if seq.num_computed == seq.tokens.len() {
-                seq.state = SeqState::Decoding;
-            }
+            let tokens = by_seq.remove(&chunk.seq).unwrap_or_default();
             if !chunk.sample {
-                debug_assert!(
-                    !sampled.contains_key(&chunk.seq),
-                    "token for an unsampled chunk"
-                );
+                debug_assert!(tokens.is_empty(), "token for an unsampled chunk");
+                seq.num_computed += chunk.len;
                 continue;
             }
-            match sampled.get(&chunk.seq) {
-                Some(&token) => {
-                    debug_assert!(seq.can_generate(), "planned a sample past max_new_tokens");
-                    seq.tokens.push(token);
-                    if let Some(reason) = seq.finish_reason(self.cfg.max_model_len) {
-                        ended.push((chunk.seq, reason));
-                    }
+            debug_assert!(
+                tokens.len() <= 1 + chunk.drafted,
+                "more tokens than rows sampled"
+            );
+            // The fed token's row counts once sampled, and each accepted draft's row with it: a
+            // token sampled after row i agreed with the draft fed at row i + 1.
+            seq.num_computed += before_sampled + tokens.len().min(1 + chunk.drafted);
+            if chunk.start + before_sampled + 1 == seq.tokens.len() {
+                seq.state = SeqState::Decoding;
+            }
+            if !tokens.is_empty() {
+                seq.acceptance.observe(chunk.drafted, tokens.len() - 1);
+                self.acceptance.observe(chunk.drafted, tokens.len() - 1);
+            }
+            seq.draft.clear();
+            // No token: the last row is fed (and sampled) again next step.
+            for token in tokens {
+                debug_assert!(seq.can_generate(), "planned a sample past max_new_tokens");
+                seq.tokens.push(token);
+                if let Some(reason) = seq.finish_reason(self.cfg.max_model_len) {
+                    ended.push((chunk.seq, reason));
+                    break;
                 }
-                // No token: the last row is fed (and sampled) again next step.
-                None => seq.num_computed -= 1,
             }
         }
         for chunk in &plan.chunks {
@@ -781,6 +801,9 @@ mod invariants;
 
 #[path = "planner_prefix.rs"]
 mod prefix;
+
+#[path = "planner_drafts.rs"]
+mod drafts;
 
 #[cfg(test)]
 #[path = "planner_tests.rs"]

@@ -34,7 +34,10 @@
 //!   sequences and are never written again.
 
 use crate::block_allocator::BlockId;
+use crate::draft_acceptance::DraftAcceptance;
 use crate::prefix_cache::BlockHash;
+use crate::step_plan::ScheduledChunk;
+use std::borrow::Cow;
 
 /// Caller-chosen request id.
 pub type SeqId = u64;
@@ -136,6 +139,11 @@ pub struct Sequence {
     /// Another choice of the same prompt, whose prompt this one waits for
     /// (`Scheduler::share_prompt`).
     pub shares_prompt_of: Option<SeqId>,
+    /// Tokens guessed to follow the last one (`Scheduler::set_draft`), for the next plan only:
+    /// the planner feeds as many of them as pay (`planner_drafts.rs`) and drops the rest.
+    pub draft: Vec<u32>,
+    /// How often its drafted tokens were right lately.
+    pub acceptance: DraftAcceptance,
 }
 
 impl Sequence {
@@ -159,7 +167,19 @@ impl Sequence {
             cached_tokens: 0,
             score_prompt: false,
             shares_prompt_of: None,
+            draft: Vec::new(),
+            acceptance: DraftAcceptance::default(),
         }
+    }
+
+    /// The tokens `chunk` feeds: its slice of `tokens`, then the drafted tokens it verifies.
+    pub fn chunk_tokens(&self, chunk: &ScheduledChunk) -> Cow<'_, [u32]> {
+        if chunk.drafted == 0 {
+            return Cow::Borrowed(&self.tokens[chunk.range()]);
+        }
+        let mut fed = self.tokens[chunk.start..chunk.start + 1].to_vec();
+        fed.extend_from_slice(&self.draft[..chunk.drafted]);
+        Cow::Owned(fed)
     }
 
     /// Tokens sampled so far (survives preemption).

@@ -31,6 +31,11 @@ pub struct ScheduledChunk {
     /// Every row's logits are wanted, not just the sampled last one: the sequence's prompt
     /// is being scored.
     pub all_logits: bool,
+    /// A decode that also verifies this many drafted tokens (speculative decoding): its rows
+    /// feed the last sampled token and then `Sequence::draft[..drafted]`
+    /// (`Sequence::chunk_tokens`), so `len == 1 + drafted`, and every row's logits are sampled
+    /// in order until a sample disagrees with the draft.
+    pub drafted: usize,
 }
 
 impl ScheduledChunk {
@@ -93,9 +98,14 @@ impl StepPlan {
             .sum()
     }
 
-    /// Decode rows.
+    /// Decoding sequences in the step (one chunk each, whatever it verifies).
     pub fn num_decodes(&self) -> usize {
         self.chunks.iter().filter(|c| c.is_decode).count()
+    }
+
+    /// Drafted tokens verified in the step, over all its decodes.
+    pub fn num_drafted(&self) -> usize {
+        self.chunks.iter().map(|c| c.drafted).sum()
     }
 
     /// Rows whose logits are sampled (one per chunk with `sample`).

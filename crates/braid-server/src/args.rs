@@ -32,6 +32,15 @@ impl From<PoolingArg> for braid_engine::Pooling {
     }
 }
 
+/// Where drafted tokens come from (`--speculative`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpeculativeMode {
+    /// Each request's own prompt and answer, and recent answers to other requests.
+    Ngram,
+    /// No drafting (a request's `prediction` is still drafted: it asked for it).
+    Off,
+}
+
 /// Where a chat answer's reasoning is found (`--reasoning-parser`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReasoningParser {
@@ -117,6 +126,16 @@ pub struct ServeArgs {
     /// (by an earlier request sharing it, e.g. the same system prompt).
     #[arg(long)]
     pub no_prefix_cache: bool,
+
+    /// Speculative decoding: guess each answer's next tokens from text it is likely to repeat
+    /// and verify the guesses beside the decoding, as many as the cost model says pay. The
+    /// answers are exactly those of plain decoding.
+    #[arg(long, value_enum, default_value_t = SpeculativeMode::Ngram)]
+    pub speculative: SpeculativeMode,
+
+    /// Most drafted tokens one sequence verifies in a step.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub num_speculative_tokens: u16,
 
     /// Model id clients use in the `model` field and /v1/models lists [default: the model
     /// file's name without .gguf]. Requests that omit `model` are served too.
@@ -342,6 +361,10 @@ impl ServeArgs {
             starvation_after: Duration::from_millis(self.starvation_ms),
             prefix_caching: !self.no_prefix_cache,
             pooling: self.pooling.map(Into::into),
+            speculation: braid_engine::Speculation {
+                ngram: self.speculative == SpeculativeMode::Ngram,
+                max_tokens: self.num_speculative_tokens.into(),
+            },
         }
     }
 

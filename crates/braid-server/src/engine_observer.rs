@@ -39,6 +39,9 @@ pub struct StepRecord {
     /// Texts the embedding model ran in this step, and their tokens with padding.
     pub embed_texts: usize,
     pub embed_tokens: usize,
+    /// Drafted tokens the step verified beside its decodes, and how many were accepted.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 /// Updates `Metrics` and broadcasts `StepRecord`s from the engine's reports, and passes the
@@ -92,6 +95,16 @@ impl EngineObserver for MetricsObserver {
             .observe((s.prefill_tokens + s.decode_tokens) as f64);
         m.prefix_cache_queries_total.inc_by(s.prefix_cache.queries);
         m.prefix_cache_hits_total.inc_by(s.prefix_cache.hits);
+        for &(drafted, accepted) in &s.drafts {
+            m.spec_decode_num_drafts.inc();
+            m.spec_decode_num_draft_tokens.inc_by(drafted as u64);
+            m.spec_decode_num_accepted_tokens.inc_by(accepted as u64);
+            for position in 0..accepted {
+                m.spec_decode_num_accepted_tokens_per_pos
+                    .with_label_values(&[position.to_string().as_str()])
+                    .inc();
+            }
+        }
         if self.steps.receiver_count() > 0 {
             let _ = self.steps.send(StepRecord {
                 t: s.at.as_secs_f64(),
@@ -112,6 +125,8 @@ impl EngineObserver for MetricsObserver {
                 itl_ms: s.token_gaps.iter().copied().map(ms).collect(),
                 embed_texts: s.embed_texts,
                 embed_tokens: s.embed_tokens,
+                drafted_tokens: s.drafted_tokens(),
+                accepted_tokens: s.accepted_tokens(),
             });
         }
     }
@@ -205,6 +220,7 @@ mod tests {
                 .collect(),
             embed_texts: 0,
             embed_tokens: 0,
+            drafts: vec![(4, 2), (3, 0)],
         }
     }
 
@@ -252,6 +268,11 @@ mod tests {
             "braid_request_generation_tokens_sum 2",
             "braid_request_success_total{finished_reason=\"stop\"} 1",
             r#"braid_cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="99"} 1"#,
+            "braid_spec_decode_num_drafts_total 2",
+            "braid_spec_decode_num_draft_tokens_total 7",
+            "braid_spec_decode_num_accepted_tokens_total 2",
+            r#"braid_spec_decode_num_accepted_tokens_per_pos_total{position="0"} 1"#,
+            r#"braid_spec_decode_num_accepted_tokens_per_pos_total{position="1"} 1"#,
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
@@ -272,5 +293,6 @@ mod tests {
         // 40 ms against a prediction of 50: 20% faster than predicted.
         assert!((record.prediction_error.unwrap() + 0.2).abs() < 1e-12);
         assert_eq!(record.itl_ms, [20.0, 30.0]);
+        assert_eq!((record.drafted_tokens, record.accepted_tokens), (7, 2));
     }
 }

@@ -19,13 +19,15 @@
 //! span's children.
 
 use crate::error::ApiError;
-use crate::openai_types::Usage;
+use crate::openai_types::{CompletionTokensDetails, Usage};
 use crate::request_origin::RequestOrigin;
 use crate::request_traces::{RequestTraces, TracedRequest};
 use crate::state::{AppState, Ready};
 use crate::stop_strings::{StopMatcher, StopOutcome};
 use crate::validation::ValidatedRequest;
-use braid_engine::{EngineEvent, EngineHandle, EngineRequest, FinishReason, Finished};
+use braid_engine::{
+    EngineEvent, EngineHandle, EngineRequest, FinishReason, Finished, PredictionUsage,
+};
 use braid_model::{LoadedModel, Sampled};
 use braid_text::IncrementalDecoder;
 use std::sync::Arc;
@@ -95,6 +97,8 @@ pub struct Generation {
     /// From the engine's report, once it has one.
     queue_secs: Option<f64>,
     cached_tokens: Option<usize>,
+    /// How its prediction fared, when it had one (from the engine's report).
+    prediction: Option<PredictionUsage>,
     ended: Option<(Instant, Outcome)>,
     deadline_reached: bool,
     span: tracing::Span,
@@ -129,6 +133,7 @@ impl Generation {
             first_of_request,
             params: req.params,
             constraint: req.constraint,
+            prediction: req.prediction,
             stop_token_ids: req.stop_token_ids,
             arrival,
             events: tx,
@@ -155,6 +160,7 @@ impl Generation {
             first_token: None,
             queue_secs: None,
             cached_tokens: None,
+            prediction: None,
             ended: None,
             deadline_reached: false,
             span,
@@ -164,6 +170,10 @@ impl Generation {
     pub fn usage(&self) -> Usage {
         Usage::new(self.prompt_tokens, self.completion_tokens)
             .with_cached(self.cached_tokens.unwrap_or(0))
+            .with_details(self.prediction.map(|p| CompletionTokensDetails {
+                accepted_prediction_tokens: p.accepted,
+                rejected_prediction_tokens: p.rejected,
+            }))
     }
 
     /// The next chunk; `Err` is an engine failure (the generation is over); None after the end.
@@ -292,6 +302,7 @@ impl Generation {
     fn note_report(&mut self, finished: &Finished) {
         self.queue_secs = finished.queue_secs;
         self.cached_tokens = Some(finished.cached_tokens);
+        self.prediction = finished.prediction;
     }
 
     /// Ends the request in the engine for `reason`, this side's decision (a stop string, the

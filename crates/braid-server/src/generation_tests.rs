@@ -104,6 +104,7 @@ fn fake_server_with_pool(
                             completion_tokens,
                             cached_tokens: 0,
                             queue_secs: None,
+                            prediction: None,
                         }));
                     }
                 }
@@ -183,6 +184,7 @@ fn request(max_tokens: usize, stops: &[&str]) -> ValidatedRequest {
         constraint: None,
         tools: None,
         reasoning: None,
+        prediction: None,
     }
 }
 
@@ -295,6 +297,7 @@ async fn held_text_is_released_when_the_engine_finishes() {
             completion_tokens: 2,
             cached_tokens: 0,
             queue_secs: None,
+            prediction: None,
         }));
     });
     let g = start(&state, 100, &["ab"]);

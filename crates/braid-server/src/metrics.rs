@@ -43,6 +43,12 @@ pub struct Metrics {
     pub embedding_requests_total: IntCounter,
     pub embedding_texts_total: IntCounter,
     pub embedding_prompt_tokens_total: IntCounter,
+    /// Speculative decoding: drafts verified, their tokens, the tokens accepted, and the
+    /// tokens accepted at each position of a draft (vLLM's spec_decode families).
+    pub spec_decode_num_drafts: IntCounter,
+    pub spec_decode_num_draft_tokens: IntCounter,
+    pub spec_decode_num_accepted_tokens: IntCounter,
+    pub spec_decode_num_accepted_tokens_per_pos: IntCounterVec,
 }
 
 /// braid's family → vLLM's name for it, as routers and gateways read them (counters carry
@@ -70,6 +76,22 @@ const VLLM_NAMES: &[(&str, &str)] = &[
     (
         "braid_request_queue_time_seconds",
         "vllm:request_queue_time_seconds",
+    ),
+    (
+        "braid_spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_drafts_total",
+    ),
+    (
+        "braid_spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+    ),
+    (
+        "braid_spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+    ),
+    (
+        "braid_spec_decode_num_accepted_tokens_per_pos_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
     ),
 ];
 
@@ -145,6 +167,17 @@ impl Metrics {
         .expect("gauge");
         registry
             .register(Box::new(cache_config.clone()))
+            .expect("register");
+        let accepted_per_pos = IntCounterVec::new(
+            Opts::new(
+                "braid_spec_decode_num_accepted_tokens_per_pos_total",
+                "Drafted tokens accepted, by their position in the draft (0 is the first).",
+            ),
+            &["position"],
+        )
+        .expect("counter");
+        registry
+            .register(Box::new(accepted_per_pos.clone()))
             .expect("register");
         let build_info = IntGaugeVec::new(
             Opts::new(
@@ -248,6 +281,19 @@ impl Metrics {
                 "Tokens of the texts embedded, special tokens included, padding not \
                  (also counted in braid_prompt_tokens_total).",
             ),
+            spec_decode_num_drafts: counter(
+                "braid_spec_decode_num_drafts_total",
+                "Drafts verified (one per sequence and step that verified drafted tokens).",
+            ),
+            spec_decode_num_draft_tokens: counter(
+                "braid_spec_decode_num_draft_tokens_total",
+                "Drafted tokens verified.",
+            ),
+            spec_decode_num_accepted_tokens: counter(
+                "braid_spec_decode_num_accepted_tokens_total",
+                "Drafted tokens accepted: each is a token that needed no step of its own.",
+            ),
+            spec_decode_num_accepted_tokens_per_pos: accepted_per_pos,
             registry,
             vllm_names: false,
         }

@@ -47,6 +47,18 @@ pub struct JsonSchemaFormat {
     pub strict: Option<bool>,
 }
 
+/// OpenAI's `prediction`.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct Prediction {
+    /// `content`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A string, or an array of `{"type": "text", "text": ...}` parts.
+    #[serde(default)]
+    #[schema(schema_with = schema::content)]
+    pub content: Value,
+}
+
 /// vLLM's `structured_outputs`: one of these constraints.
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 pub struct StructuredOutputs {
@@ -121,6 +133,10 @@ macro_rules! with_sampling_fields {
                 /// vLLM: each prompt token's logprob, rank and this many alternatives, in vLLM's
                 /// shape; not with `stream`.
                 prompt_logprobs: Option<i64>,
+                /// OpenAI's Predicted Outputs: text the answer is expected to largely repeat.
+                /// Its tokens are drafted and verified beside the decoding, so an answer that
+                /// follows it comes faster; the answer is exactly what it would be without.
+                prediction: Option<Prediction>,
             }
         }
     };
@@ -305,6 +321,32 @@ pub struct Usage {
     /// Prompt tokens the prefix cache held (the Responses API reports them).
     #[serde(skip)]
     pub cached_tokens: usize,
+    /// With a `prediction`: how much of it the answer used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// OpenAI's `usage.completion_tokens_details`, as far as braid knows them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Tokens of the prediction that became part of the answer.
+    pub accepted_prediction_tokens: usize,
+    /// Tokens of the prediction the answer did not use.
+    pub rejected_prediction_tokens: usize,
+}
+
+impl CompletionTokensDetails {
+    fn add(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Self {
+                accepted_prediction_tokens: a.accepted_prediction_tokens
+                    + b.accepted_prediction_tokens,
+                rejected_prediction_tokens: a.rejected_prediction_tokens
+                    + b.rejected_prediction_tokens,
+            }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl Usage {
@@ -314,6 +356,14 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             cached_tokens: 0,
+            completion_tokens_details: None,
+        }
+    }
+
+    pub fn with_details(self, details: Option<CompletionTokensDetails>) -> Self {
+        Self {
+            completion_tokens_details: details,
+            ..self
         }
     }
 
@@ -327,19 +377,22 @@ impl Usage {
     /// A whole request's usage from its choices' (in choice order, `n` per prompt): each
     /// prompt counts once, every choice's completion counts.
     pub fn of_choices(choices: impl IntoIterator<Item = Usage>, n: usize) -> Self {
-        let (prompt, cached, completion) =
+        let (prompt, cached, completion, details) =
             choices
                 .into_iter()
                 .enumerate()
-                .fold((0, 0, 0), |(p, k, c), (i, u)| {
+                .fold((0, 0, 0, None), |(p, k, c, d), (i, u)| {
                     let (p, k) = if i % n.max(1) == 0 {
                         (p + u.prompt_tokens, k + u.cached_tokens)
                     } else {
                         (p, k)
                     };
-                    (p, k, c + u.completion_tokens)
+                    let d = CompletionTokensDetails::add(d, u.completion_tokens_details);
+                    (p, k, c + u.completion_tokens, d)
                 });
-        Self::new(prompt, completion).with_cached(cached)
+        Self::new(prompt, completion)
+            .with_cached(cached)
+            .with_details(details)
     }
 }
 

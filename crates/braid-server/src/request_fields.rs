@@ -203,10 +203,6 @@ pub const ACCEPTED_MESSAGE_NOOPS: &[(&str, &str)] = &[(
 pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("audio", "braid's models produce text only"),
     ("modalities", "braid's models produce text only"),
-    (
-        "prediction",
-        "braid has no predicted-output (speculative) decoding",
-    ),
     ("web_search_options", "braid has no web search"),
     (
         "functions",
@@ -385,12 +381,7 @@ mod tests {
                 .unwrap();
         assert_eq!(param, "audio");
         assert!(message.contains("text only"), "{message}");
-        for field in [
-            "modalities",
-            "prediction",
-            "web_search_options",
-            "functions",
-        ] {
+        for field in ["modalities", "web_search_options", "functions"] {
             let body = format!(r#"{{"prompt": "x", "{field}": null}}"#);
             assert_eq!(refused::<CompletionRequest>(&body).unwrap().0, field);
         }

@@ -15,6 +15,7 @@ mod constraint;
 mod embedding;
 mod limits;
 mod messages;
+mod prediction;
 mod prompt;
 mod sampling;
 
@@ -39,6 +40,7 @@ use braid_text::tool_calls::Besides;
 use braid_text::{Constraint, TokenConstraint};
 use constraint::constraint;
 use messages::chat_template;
+use prediction::prediction;
 use prompt::prompts;
 use sampling::{
     alternatives, choices_per_prompt, include_usage, no_best_of, sampling, stop_strings,
@@ -80,6 +82,8 @@ pub struct ValidatedRequest {
     /// Chat with a model that reasons: where its reasoning is, and whether the prompt left
     /// it open (the answer starts inside it).
     pub reasoning: Option<(ReasoningSyntax, bool)>,
+    /// The `prediction`'s tokens.
+    pub prediction: Option<Vec<u32>>,
 }
 
 impl ValidatedRequest {
@@ -287,6 +291,7 @@ struct Decoding {
     logprobs: Option<usize>,
     prompt_logprobs: Option<usize>,
     constraint: Option<TokenConstraint>,
+    prediction: Option<Vec<u32>>,
 }
 
 impl Decoding {
@@ -317,6 +322,7 @@ impl Decoding {
             include_usage: include_usage(f),
             logprobs,
             constraint: constraint(f, tools, model)?,
+            prediction: prediction(f.prediction.as_ref(), model, limits)?,
         })
     }
 
@@ -346,6 +352,7 @@ impl Decoding {
             constraint: self.constraint,
             tools: None,
             reasoning: None,
+            prediction: self.prediction,
         }
     }
 }

@@ -32,6 +32,7 @@ fn engine(prefix_caching: bool, kv_cache_mb: usize) -> Engine {
         starvation_after: Duration::from_secs(2),
         prefix_caching,
         pooling: None,
+        speculation: Default::default(),
     };
     let metrics = Arc::new(Metrics::new());
     Engine {
@@ -59,6 +60,7 @@ async fn generate(h: &EngineHandle, prompt: Vec<u32>, n: usize) -> Vec<u32> {
         first_of_request: None,
         params: SamplingParams::greedy(),
         constraint: None,
+        prediction: None,
         stop_token_ids: vec![],
         arrival: Instant::now(),
         events: tx,

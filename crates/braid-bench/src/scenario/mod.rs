@@ -14,6 +14,7 @@ pub mod interference;
 pub mod poisson;
 pub mod prefix_cache;
 pub mod scaling;
+pub mod speculative;
 
 use crate::args::{CommonArgs, Scenario};
 use crate::client::Client;
@@ -190,6 +191,7 @@ pub async fn execute(scenario: &Scenario) -> anyhow::Result<Report> {
         Scenario::Interference(a) => interference::run(a).await,
         Scenario::Poisson(a) => poisson::run(a).await,
         Scenario::PrefixCache(a) => prefix_cache::run(a).await,
+        Scenario::Speculative(a) => speculative::run(a).await,
         Scenario::Compare(_) => anyhow::bail!("compare does not send requests"),
     }
 }

@@ -31,7 +31,16 @@ pub async fn run(args: &ScalingArgs) -> anyhow::Result<Report> {
         }
         let n = args.requests_at(c);
         let name = format!("c={c}");
-        let level = closed_loop(&ctx, c, n, next_id, &name, args).await?;
+        let level = closed_loop(
+            &ctx,
+            c,
+            n,
+            next_id,
+            &name,
+            args.prompt_tokens,
+            args.max_tokens,
+        )
+        .await?;
         next_id += n;
         let refs: Vec<&RequestRecord> = level.iter().collect();
         let mut group = ctx.group(&args.common, name, &refs);
@@ -43,20 +52,21 @@ pub async fn run(args: &ScalingArgs) -> anyhow::Result<Report> {
     Ok(ctx.finish(&args.common, "scaling", params, records, groups, None))
 }
 
-/// Sends `n` requests with exactly `c` in flight; ids `first_id..first_id + n`.
-async fn closed_loop(
+/// Sends `n` requests of `prompt_tokens` each, `max_tokens` long, with exactly `c` in flight;
+/// ids `first_id..first_id + n`.
+pub(super) async fn closed_loop(
     ctx: &Arc<Ctx>,
     c: usize,
     n: usize,
     first_id: usize,
     group: &str,
-    args: &ScalingArgs,
+    prompt_tokens: usize,
+    max_tokens: usize,
 ) -> anyhow::Result<Vec<RequestRecord>> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = JoinSet::new();
     for _ in 0..c.min(n) {
         let (ctx, next, group) = (ctx.clone(), next.clone(), group.to_string());
-        let (prompt_tokens, max_tokens) = (args.prompt_tokens, args.max_tokens);
         workers.spawn(async move {
             let mut out = vec![];
             loop {

@@ -67,19 +67,23 @@ pub fn check_plan(s: &Scheduler, plan: &StepPlan) {
             c.start, seq.num_computed,
             "chunk starts at the cache frontier"
         );
-        assert!(c.start + c.len <= seq.tokens.len());
+        assert!(c.start + c.len - c.drafted <= seq.tokens.len());
+        assert!(
+            c.drafted <= seq.draft.len(),
+            "drafted rows beyond the draft"
+        );
         assert!(
             seq.block_table.len() >= BlockAllocator::blocks_for(c.start + c.len, bs),
             "chunk {c:?} not covered by {} blocks",
             seq.block_table.len()
         );
-        assert_eq!(c.sample, c.start + c.len == seq.tokens.len());
+        assert_eq!(c.sample, c.start + c.len - c.drafted == seq.tokens.len());
         if c.sample {
             assert!(seq.can_generate(), "would sample past max_new_tokens");
         }
         if c.is_decode {
             assert!(!prefill_seen, "decode after a prompt slice");
-            assert_eq!(c.len, 1);
+            assert_eq!(c.len, 1 + c.drafted);
         } else {
             prefill_seen = true;
         }
