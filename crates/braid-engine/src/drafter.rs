@@ -14,7 +14,7 @@
 //! order with the request's own sampler makes the answer exactly what plain decoding gives.
 
 use braid_sched::ngram_index::{continuation, lookup_own, SEPARATOR};
-use braid_sched::NgramIndex;
+use braid_sched::{DraftSource, NgramIndex};
 
 /// Speculative decoding's settings (`--speculative`, `--num-speculative-tokens`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,14 +33,6 @@ impl Default for Speculation {
             max_tokens: 8,
         }
     }
-}
-
-/// Where a draft came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DraftSource {
-    Prediction,
-    Own,
-    Recent,
 }
 
 /// A request's predicted answer, and how far the answer has followed it.
@@ -130,14 +122,15 @@ impl SequenceDrafter {
         }
     }
 
-    /// The next draft for a sequence whose tokens (prompt then answer) are `tokens`.
+    /// The next draft for a sequence whose tokens (prompt then answer) are `tokens`, and where
+    /// it came from.
     pub fn draft(
         &mut self,
         tokens: &[u32],
         prompt_len: usize,
         recent: &RecentAnswers,
         spec: Speculation,
-    ) -> Vec<u32> {
+    ) -> (Vec<u32>, DraftSource) {
         let answer = &tokens[prompt_len.min(tokens.len())..];
         let found = |draft: &[u32], source| (!draft.is_empty()).then(|| (draft.to_vec(), source));
         let guess = self
@@ -159,16 +152,8 @@ impl SequenceDrafter {
                     .then(|| found(recent.lookup(tokens, spec.max_tokens), DraftSource::Recent))
                     .flatten()
             });
-        match guess {
-            Some((draft, source)) => {
-                self.source = Some(source);
-                draft
-            }
-            None => {
-                self.source = None;
-                Vec::new()
-            }
-        }
+        self.source = guess.as_ref().map(|g| g.1);
+        guess.unwrap_or((Vec::new(), DraftSource::Own))
     }
 
     /// The step verified `drafted` tokens of the last draft and accepted `accepted`.
@@ -241,22 +226,21 @@ mod tests {
     fn a_prediction_is_drafted_from_where_the_answer_is() {
         let mut d = SequenceDrafter::new(Some(vec![10, 11, 12, 13, 14, 15, 16]));
         let recent = RecentAnswers::new(100);
-        let prompt = [1, 2];
-        assert_eq!(d.draft(&prompt, 2, &recent, SPEC), vec![10, 11, 12, 13]);
-        assert_eq!(d.source, Some(DraftSource::Prediction));
+        let prediction = |v: Vec<u32>| (v, DraftSource::Prediction);
+        assert_eq!(
+            d.draft(&[1, 2], 2, &recent, SPEC),
+            prediction(vec![10, 11, 12, 13])
+        );
         d.verified(2);
         assert_eq!(
             d.draft(&[1, 2, 10, 11, 12], 2, &recent, SPEC),
-            vec![13, 14, 15, 16]
+            prediction(vec![13, 14, 15, 16])
         );
         // The answer leaves the prediction (99), then rejoins it at "13 14 15".
         let left = [1, 2, 10, 11, 12, 99];
-        assert!(
-            d.draft(&left, 2, &recent, SPEC).is_empty()
-                || d.source != Some(DraftSource::Prediction)
-        );
+        assert_ne!(d.draft(&left, 2, &recent, SPEC).1, DraftSource::Prediction);
         let rejoined = [1, 2, 10, 11, 12, 99, 13, 14, 15];
-        assert_eq!(d.draft(&rejoined, 2, &recent, SPEC), vec![16]);
+        assert_eq!(d.draft(&rejoined, 2, &recent, SPEC), prediction(vec![16]));
         let p = d.prediction.as_ref().unwrap();
         assert_eq!((p.accepted, p.rejected()), (2, 5));
     }
@@ -268,18 +252,20 @@ mod tests {
         let mut d = SequenceDrafter::new(None);
         assert_eq!(
             d.draft(&[1, 2, 3, 4, 1, 2, 3], 0, &recent, SPEC),
-            vec![4, 1, 2, 3]
+            (vec![4, 1, 2, 3], DraftSource::Own)
         );
-        assert_eq!(d.source, Some(DraftSource::Own));
         let mut d = SequenceDrafter::new(None);
-        assert_eq!(d.draft(&[5, 7, 8, 9], 0, &recent, SPEC), vec![20, 21]);
-        assert_eq!(d.source, Some(DraftSource::Recent));
+        assert_eq!(
+            d.draft(&[5, 7, 8, 9], 0, &recent, SPEC),
+            (vec![20, 21], DraftSource::Recent)
+        );
         let off = Speculation {
             ngram: false,
             ..SPEC
         };
         assert!(SequenceDrafter::new(None)
             .draft(&[1, 2, 3, 1, 2, 3], 0, &recent, off)
+            .0
             .is_empty());
     }
 

@@ -741,11 +741,11 @@ impl Engine {
             if seq.state != SeqState::Decoding || a.score_only {
                 continue;
             }
-            let draft = a
+            let (draft, source) = a
                 .drafter
                 .draft(&seq.tokens, seq.prompt_len, &self.recent, spec);
             if !draft.is_empty() {
-                self.sched.set_draft(id, draft);
+                self.sched.set_draft(id, draft, source);
             }
         }
     }

@@ -5,8 +5,10 @@
 //! before it were. A draft is verified left to right and stops at the first miss, so a draft
 //! of `d` tokens of which `m` were accepted is `m` successes out of `min(m + 1, d)` trials.
 //! Recent drafts weigh more (a copied paragraph ends and free text follows). A sequence with no
-//! history of its own starts from the server's recent drafts (the scheduler keeps one estimate
-//! over every sequence's drafts), which start at an even chance.
+//! history of its own starts from the server's recent drafts from the same source (the
+//! scheduler keeps one estimate per [`DraftSource`] over every sequence's drafts: a
+//! request's prediction is right far more often than a bigram seen once), which start at an
+//! even chance.
 //!
 //! An estimate too low to draft would never see another draft and stay low for good, though
 //! the text may turn to copying. So each step a sequence had a draft but verified none of it,
@@ -20,6 +22,26 @@ const DECAY: f64 = 0.85;
 const IDLE_DECAY: f64 = 0.95;
 /// Trials the prior counts for.
 const PRIOR_TRIALS: f64 = 2.0;
+
+/// Where a draft came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DraftSource {
+    /// The request's `prediction` (OpenAI's Predicted Outputs).
+    Prediction,
+    /// The sequence's own prompt and answer (prompt lookup).
+    #[default]
+    Own,
+    /// Recent answers to other requests (suffix decoding).
+    Recent,
+}
+
+impl DraftSource {
+    pub const COUNT: usize = 3;
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
 
 /// Decayed counts of one sequence's drafted tokens tried and accepted.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

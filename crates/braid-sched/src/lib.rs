@@ -52,7 +52,7 @@ pub use cache_events::{CacheEvent, CacheEvents};
 pub use calibration::{Calibration, CalibrationChunk};
 pub use config::SchedulerConfig;
 pub use cost_model::{CostModel, StepFeatures};
-pub use draft_acceptance::DraftAcceptance;
+pub use draft_acceptance::{DraftAcceptance, DraftSource};
 pub use embedding_queue::{EmbedRequestId, EmbedText, EmbeddingBatch};
 pub use ngram_index::NgramIndex;
 pub use planner::Scheduler;

@@ -103,8 +103,8 @@ pub struct Scheduler {
     headroom: StepHeadroom,
     shares: PromptShares,
     embeddings: EmbeddingQueue,
-    /// Every sequence's drafts together: where a new sequence's estimate starts.
-    acceptance: crate::DraftAcceptance,
+    /// Every sequence's drafts together, per source: where a new sequence's estimate starts.
+    acceptance: [crate::DraftAcceptance; crate::DraftSource::COUNT],
 }
 
 /// Running totals while one step is assembled.
@@ -149,7 +149,7 @@ impl Scheduler {
             headroom: StepHeadroom::default(),
             shares: PromptShares::default(),
             embeddings: EmbeddingQueue::default(),
-            acceptance: crate::DraftAcceptance::default(),
+            acceptance: Default::default(),
         }
     }
 
@@ -680,7 +680,7 @@ impl Scheduler {
             }
             if !tokens.is_empty() {
                 seq.acceptance.observe(chunk.drafted, tokens.len() - 1);
-                self.acceptance.observe(chunk.drafted, tokens.len() - 1);
+                self.acceptance[seq.draft_source.index()].observe(chunk.drafted, tokens.len() - 1);
             }
             seq.draft.clear();
             // No token: the last row is fed (and sampled) again next step.

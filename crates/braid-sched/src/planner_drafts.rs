@@ -17,15 +17,18 @@
 
 use super::{Scheduler, StepPlan};
 use crate::cost_model::StepFeatures;
+use crate::draft_acceptance::DraftSource;
 use crate::sequence::SeqId;
 
 impl Scheduler {
-    /// Sets the tokens guessed to follow `id`'s last token, for the next [`Scheduler::plan`]
-    /// only (it keeps what it feeds and drops the rest). Ignored unless `id` is decoding.
-    pub fn set_draft(&mut self, id: SeqId, draft: Vec<u32>) {
+    /// Sets the tokens guessed to follow `id`'s last token, and where they came from, for the
+    /// next [`Scheduler::plan`] only (it keeps what it feeds and drops the rest). Ignored unless
+    /// `id` is decoding.
+    pub fn set_draft(&mut self, id: SeqId, draft: Vec<u32>, source: DraftSource) {
         if let Some(seq) = self.seqs.get_mut(&id) {
             if seq.state == crate::SeqState::Decoding {
                 seq.draft = draft;
+                seq.draft_source = source;
             }
         }
     }
@@ -56,7 +59,9 @@ impl Scheduler {
             if room > 0 {
                 candidates.push(Candidate {
                     chunk: i,
-                    rate: seq.acceptance.rate_from(self.acceptance.rate()),
+                    rate: seq
+                        .acceptance
+                        .rate_from(self.acceptance[seq.draft_source.index()].rate()),
                     room,
                 });
             }
@@ -103,16 +108,22 @@ impl Scheduler {
             expected_tokens += g;
             rows += 1;
         }
+        // Sources with a draft this step, and whether any of theirs was verified.
+        let mut offered = [(false, false); DraftSource::COUNT];
         for cand in &candidates {
             let c = &plan.chunks[cand.chunk];
+            let seq = self.seqs.get_mut(&c.seq).expect("planned sequence");
+            let source = &mut offered[seq.draft_source.index()];
+            source.0 = true;
+            source.1 |= c.drafted > 0;
             if c.drafted == 0 {
-                if let Some(seq) = self.seqs.get_mut(&c.seq) {
-                    seq.acceptance.forget();
-                }
+                seq.acceptance.forget();
             }
         }
-        if !candidates.is_empty() && plan.num_drafted() == 0 {
-            self.acceptance.forget();
+        for (estimate, (any, verified)) in self.acceptance.iter_mut().zip(offered) {
+            if any && !verified {
+                estimate.forget();
+            }
         }
         for c in &plan.chunks {
             if let Some(seq) = self.seqs.get_mut(&c.seq) {

@@ -34,7 +34,7 @@
 //!   sequences and are never written again.
 
 use crate::block_allocator::BlockId;
-use crate::draft_acceptance::DraftAcceptance;
+use crate::draft_acceptance::{DraftAcceptance, DraftSource};
 use crate::prefix_cache::BlockHash;
 use crate::step_plan::ScheduledChunk;
 use std::borrow::Cow;
@@ -142,6 +142,8 @@ pub struct Sequence {
     /// Tokens guessed to follow the last one (`Scheduler::set_draft`), for the next plan only:
     /// the planner feeds as many of them as pay (`planner_drafts.rs`) and drops the rest.
     pub draft: Vec<u32>,
+    /// Where `draft` came from.
+    pub draft_source: DraftSource,
     /// How often its drafted tokens were right lately.
     pub acceptance: DraftAcceptance,
 }
@@ -168,6 +170,7 @@ impl Sequence {
             score_prompt: false,
             shares_prompt_of: None,
             draft: Vec::new(),
+            draft_source: DraftSource::default(),
             acceptance: DraftAcceptance::default(),
         }
     }

@@ -3,7 +3,9 @@
 
 mod common;
 
-use braid_sched::{CostModel, FinishReason, Scheduler, SchedulerConfig, SeqId, StepPlan};
+use braid_sched::{
+    CostModel, DraftSource, FinishReason, Scheduler, SchedulerConfig, SeqId, StepPlan,
+};
 use common::{assert_generated_tokens, check_plan, fake_token, prompt, small_cfg};
 use std::time::Duration;
 
@@ -58,7 +60,7 @@ fn run_watching(
         let ids: Vec<SeqId> = s.running_ids().to_vec();
         for id in ids {
             let d = draft(s, id, len, right);
-            s.set_draft(id, d);
+            s.set_draft(id, d, DraftSource::Own);
         }
         let plan = s.plan(steps as f64 * 0.01);
         check_plan(s, &plan);
