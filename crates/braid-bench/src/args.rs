@@ -258,6 +258,12 @@ pub struct SpeculativeArgs {
     pub random_prompt_tokens: usize,
     #[arg(long, default_value_t = 128)]
     pub random_max_tokens: usize,
+    /// A second server (say, the same build with `--speculative off`) sent every request too,
+    /// side by side: request by request, alternating which goes first, for the edits and the
+    /// one-stream random text; level after level for the many-stream one. Its groups are
+    /// named `... (baseline)`.
+    #[arg(long)]
+    pub baseline_url: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -329,6 +335,20 @@ mod tests {
             panic!()
         };
         assert!(c.json);
+    }
+
+    #[test]
+    fn speculative_defaults() {
+        let Scenario::Speculative(s) = parse(&["speculative", "--baseline-url", "http://b"]) else {
+            panic!()
+        };
+        assert_eq!((s.edits, s.max_tokens), (8, 300));
+        assert_eq!(
+            (s.random_requests, s.random_concurrency, s.random_max_tokens),
+            (6, 16, 128)
+        );
+        assert_eq!(s.baseline_url.as_deref(), Some("http://b"));
+        assert_eq!(Scenario::Speculative(s).name(), "speculative");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! braid bench interference --url http://127.0.0.1:8081 --label llama.cpp --out results/llama
 //! braid bench poisson      --rate 2 --duration-secs 60 --slo-ttft-ms 1000 --slo-itl-p99-ms 250
 //! braid bench prefix-cache --prompts 8 --prompt-tokens 1000 --out results/braid
-//! braid bench speculative  --label on --out results/on     (then against --speculative off)
+//! braid bench speculative  --url http://127.0.0.1:8080 --baseline-url http://127.0.0.1:8081
 //! braid bench compare results/braid/scaling.json results/llama/scaling.json [--json]
 //! ```
 

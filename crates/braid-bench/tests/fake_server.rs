@@ -27,6 +27,14 @@ async fn bench(args: &[&str]) -> anyhow::Result<()> {
     braid_bench::run(Cli::try_parse_from(v)?.bench).await
 }
 
+/// Each group's name and successful requests, in the report's order.
+fn succeeded_by_group(r: &Report) -> Vec<(&str, usize)> {
+    r.groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.aggregate.succeeded))
+        .collect()
+}
+
 fn read_report(path: &std::path::Path) -> Report {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -323,13 +331,8 @@ async fn prefix_cache_times_cold_warm_and_shared_prompts_and_reads_the_counters(
         ],
     )
     .await;
-    let sent: Vec<(&str, usize)> = r
-        .groups
-        .iter()
-        .map(|g| (g.name.as_str(), g.aggregate.succeeded))
-        .collect();
     assert_eq!(
-        sent,
+        succeeded_by_group(&r),
         [("cold", 3), ("warm", 3), ("shared-first", 1), ("shared", 2)]
     );
     let p50 = |g: &str| r.group(g).unwrap().aggregate.ttft_ms.unwrap().p50;
@@ -462,4 +465,83 @@ async fn refused_connection_is_a_transport_failure() {
         .await;
     assert_eq!(t.outcome, Outcome::Transport);
     assert!(t.error.is_some() && t.status.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculative_sends_each_request_to_both_servers_side_by_side() {
+    let (url, fake) = start(vec![Behavior::quick()]).await;
+    let (base_url, base) = start(vec![Behavior::quick()]).await;
+    let (r, _dir) = bench_report(
+        "speculative",
+        &url,
+        &[
+            "--baseline-url",
+            &base_url,
+            "--edits",
+            "3",
+            "--random-requests",
+            "2",
+            "--random-concurrency",
+            "2",
+            "--max-tokens",
+            "4",
+            "--random-max-tokens",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(
+        succeeded_by_group(&r),
+        [
+            ("edit", 3),
+            ("edit (baseline)", 3),
+            ("edit+prediction", 3),
+            ("edit+prediction (baseline)", 3),
+            ("random c=1", 2),
+            ("random c=1 (baseline)", 2),
+            ("random c=2", 4),
+            ("random c=2 (baseline)", 4)
+        ]
+    );
+    // The warm-up went to the measured server only; then both got the same requests.
+    let (ours, theirs) = (fake.bodies(), base.bodies());
+    assert_eq!(ours.len(), 1 + theirs.len());
+    let strip = |b: &serde_json::Value| {
+        let mut b = b.clone();
+        b.as_object_mut().unwrap().remove("model");
+        b
+    };
+    let mut a: Vec<String> = ours[1..].iter().map(|b| strip(b).to_string()).collect();
+    let mut b: Vec<String> = theirs.iter().map(|b| strip(b).to_string()).collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    // Edits: a conversation whose earlier turn did one such edit; the prediction is the text.
+    let edits: Vec<&serde_json::Value> = theirs
+        .iter()
+        .filter(|b| b.get("messages").is_some())
+        .collect();
+    assert_eq!(edits.len(), 6);
+    assert!(edits
+        .iter()
+        .all(|b| b["messages"].as_array().unwrap().len() == 3 && b["temperature"] == 0));
+    let predicted: Vec<_> = edits
+        .iter()
+        .filter(|b| b.get("prediction").is_some())
+        .collect();
+    assert_eq!(predicted.len(), 3);
+    let text = predicted[0]["prediction"]["content"].as_str().unwrap();
+    assert!(predicted[0]["messages"][2]["content"]
+        .as_str()
+        .unwrap()
+        .ends_with(text));
+    // Random text is sampled, each prompt with a seed of its own.
+    let random: Vec<_> = theirs
+        .iter()
+        .filter(|b| b.get("prompt").is_some())
+        .collect();
+    assert_eq!(random.len(), 6);
+    assert!(random
+        .iter()
+        .all(|b| b["temperature"] == 1.0 && b["seed"].is_u64()));
 }

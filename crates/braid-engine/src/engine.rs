@@ -566,7 +566,7 @@ impl Engine {
         let fed: Vec<_> = plan
             .chunks
             .iter()
-            .map(|c| sequence(c.seq).chunk_tokens(c))
+            .map(|c| c.tokens(sequence(c.seq)))
             .collect();
         let mut entries = Vec::with_capacity(plan.chunks.len());
         for (c, tokens) in plan.chunks.iter().zip(&fed) {

@@ -36,8 +36,6 @@
 use crate::block_allocator::BlockId;
 use crate::draft_acceptance::{DraftAcceptance, DraftSource};
 use crate::prefix_cache::BlockHash;
-use crate::step_plan::ScheduledChunk;
-use std::borrow::Cow;
 
 /// Caller-chosen request id.
 pub type SeqId = u64;
@@ -173,16 +171,6 @@ impl Sequence {
             draft_source: DraftSource::default(),
             acceptance: DraftAcceptance::default(),
         }
-    }
-
-    /// The tokens `chunk` feeds: its slice of `tokens`, then the drafted tokens it verifies.
-    pub fn chunk_tokens(&self, chunk: &ScheduledChunk) -> Cow<'_, [u32]> {
-        if chunk.drafted == 0 {
-            return Cow::Borrowed(&self.tokens[chunk.range()]);
-        }
-        let mut fed = self.tokens[chunk.start..chunk.start + 1].to_vec();
-        fed.extend_from_slice(&self.draft[..chunk.drafted]);
-        Cow::Owned(fed)
     }
 
     /// Tokens sampled so far (survives preemption).

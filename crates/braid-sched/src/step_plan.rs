@@ -10,7 +10,8 @@
 use crate::block_allocator::BlockId;
 use crate::embedding_queue::EmbeddingBatch;
 use crate::prefix_cache::PrefixCacheStats;
-use crate::sequence::SeqId;
+use crate::sequence::{SeqId, Sequence};
+use std::borrow::Cow;
 
 /// A KV block to copy before a step runs: (source, destination).
 pub type BlockCopy = (BlockId, BlockId);
@@ -33,7 +34,7 @@ pub struct ScheduledChunk {
     pub all_logits: bool,
     /// A decode that also verifies this many drafted tokens (speculative decoding): its rows
     /// feed the last sampled token and then `Sequence::draft[..drafted]`
-    /// (`Sequence::chunk_tokens`), so `len == 1 + drafted`, and every row's logits are sampled
+    /// ([`ScheduledChunk::tokens`]), so `len == 1 + drafted`, and every row's logits are sampled
     /// in order until a sample disagrees with the draft.
     pub drafted: usize,
 }
@@ -42,6 +43,17 @@ impl ScheduledChunk {
     /// Positions `start..start + len`.
     pub fn range(&self) -> std::ops::Range<usize> {
         self.start..self.start + self.len
+    }
+
+    /// The tokens it feeds of `seq` (its own sequence): its slice of the tokens, then the
+    /// drafted tokens it verifies.
+    pub fn tokens<'s>(&self, seq: &'s Sequence) -> Cow<'s, [u32]> {
+        if self.drafted == 0 {
+            return Cow::Borrowed(&seq.tokens[self.range()]);
+        }
+        let mut fed = seq.tokens[self.start..self.start + 1].to_vec();
+        fed.extend_from_slice(&seq.draft[..self.drafted]);
+        Cow::Owned(fed)
     }
 }
 

@@ -2,14 +2,15 @@
 # Speculative decoding on and off, side by side on one machine.
 #   docs/benchmarks/2026-12-06-speculative/run.sh BRAID MODEL [ROUNDS]
 # Starts `braid serve` twice on MODEL (speculation on, on port 8091; `--speculative off`, on
-# 8092), then alternates `braid bench speculative` between them ROUNDS times (default 5; odd
-# rounds on first, even rounds off first), each report to a JSON file here, and prints per group
-# the medians of both and of the ratio on/off of each round. Both servers run all the time, so
-# each round sees the same background; only one is loaded at a time. Random text is measured
-# more tightly, request by request, by random_ab.py.
+# 8092), then runs `braid bench speculative --url ON --baseline-url OFF` ROUNDS times (default
+# 3; a new --seed each), each report to round-N.json here. The bench sends every request to
+# both servers one after the other, alternating which goes first, so each pair sees the same
+# moment of a noisy machine. Prints per group, over every pair of every round, the median (and
+# quartiles) of the ratio on/off of the decode rate (tokens after the first over the time since
+# the first) and of the output rate (tokens over the request's whole time, its prompt included).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=$1 model=$2 rounds=${3:-5}
+bin=$1 model=$2 rounds=${3:-3}
 "$bin" serve --model "$model" --port 8091 >"$here/on.log" 2>&1 &
 on=$!
 "$bin" serve --model "$model" --port 8092 --speculative off >"$here/off.log" 2>&1 &
@@ -19,39 +20,10 @@ for port in 8091 8092; do
   for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 1; done
 done
 for r in $(seq 1 "$rounds"); do
-  sides="on off"; [ $((r % 2)) = 0 ] && sides="off on"
-  for side in $sides; do
-    port=8091; [ "$side" = off ] && port=8092
-    "$bin" bench speculative --url "http://127.0.0.1:$port" --label "$side" --seed "$r" \
-      --out "$here/$side-$r" >/dev/null 2>&1
-  done
+  "$bin" bench speculative --url http://127.0.0.1:8091 --baseline-url http://127.0.0.1:8092 \
+    --label "on, off as baseline" --seed "$r" --out "$here/round-$r" >/dev/null 2>&1
+  mv "$here/round-$r/speculative.json" "$here/round-$r.json"
+  rm -r "$here/round-$r"
 done
-python3 - "$here" "$rounds" <<'PY'
-import json, statistics, sys
-here, rounds = sys.argv[1], int(sys.argv[2])
-def groups(side, r):
-    rep = json.load(open(f"{here}/{side}-{r}/speculative.json"))
-    return {g["name"]: g["aggregate"] for g in rep["groups"]}
-on = [groups("on", r) for r in range(1, rounds + 1)]
-off = [groups("off", r) for r in range(1, rounds + 1)]
-def decode_rate(agg):
-    # Tokens per second of decoding: 1000 / TPOT (the prompt's time left out).
-    return 1000 / agg["tpot_ms"]["p50"]
-print("| group | on tok/s | off tok/s | on/off (median of rounds) | on decode tok/s | off decode tok/s | on/off | ITL p99 on / off (ms) |")
-print("|---|---|---|---|---|---|---|---|")
-for name in on[0]:
-    t_on = [g[name]["throughput_tok_s"] for g in on]
-    t_off = [g[name]["throughput_tok_s"] for g in off]
-    d_on = [decode_rate(g[name]) for g in on]
-    d_off = [decode_rate(g[name]) for g in off]
-    ratio = [a / b for a, b in zip(t_on, t_off)]
-    dratio = [a / b for a, b in zip(d_on, d_off)]
-    itl_on = statistics.median(g[name]["itl_ms"]["p99"] for g in on)
-    itl_off = statistics.median(g[name]["itl_ms"]["p99"] for g in off)
-    m = statistics.median
-    print(f"| {name} | {m(t_on):.0f} | {m(t_off):.0f} | {m(ratio):.2f} ({min(ratio):.2f}–{max(ratio):.2f}) "
-          f"| {m(d_on):.0f} | {m(d_off):.0f} | {m(dratio):.2f} ({min(dratio):.2f}–{max(dratio):.2f}) | {itl_on:.0f} / {itl_off:.0f} |")
-# The prediction's gain over plain decoding without one: edit+prediction on, against edit off.
-p = [a["edit+prediction"]["throughput_tok_s"] / b["edit"]["throughput_tok_s"] for a, b in zip(on, off)]
-print(f"\nedit+prediction (on) / edit (off): {statistics.median(p):.2f} ({min(p):.2f}–{max(p):.2f})")
-PY
+curl -s http://127.0.0.1:8091/metrics | grep '^braid_spec_decode' >"$here/on-metrics.txt"
+python3 "$here/summarize.py" "$here" "$rounds"

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 /// Prompt indices of warm-up requests, far from any run's request ids.
 const WARMUP_INDEX_BASE: u64 = 1 << 48;
 
+#[derive(Clone)]
 pub struct Ctx {
     pub client: Client,
     pub model: String,

@@ -110,6 +110,7 @@ async fn serve(script: Vec<Behavior>, cache: Option<Mutex<Cache>>) -> (String, A
             }),
         )
         .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(completions))
         .route("/metrics", get(metrics))
         .with_state(fake.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
