@@ -118,7 +118,7 @@ BAD = [
     ("a deeply nested unknown field", 400, "POST", "/v1/completions", ('{"prompt": "a", "x": ' + '{"a":' * 50_000 + "1" + "}" * 50_000 + "}").encode(), None, True),
     ("audio output", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "audio": {"voice": "alloy", "format": "wav"}}, None, True),
     ("modalities", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "modalities": ["text", "audio"]}, None, True),
-    ("predicted output", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "prediction": {"type": "content", "content": "x"}}, None, True),
+    ("predicted output of an unknown type", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "prediction": {"type": "text", "content": "x"}}, None, True),
     ("web search", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "web_search_options": {}}, None, True),
     ("deprecated functions", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "functions": [{"name": "f"}]}, None, True),
     ("unknown message field", 400, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "a", "audio": {"id": "x"}}]}, None, True),
@@ -171,7 +171,7 @@ BAD = [
 
 UNSUPPORTED_CASES = {
     "unknown field", "misspelt field", "a large unknown field under the body limit",
-    "a deeply nested unknown field", "audio output", "modalities", "predicted output",
+    "a deeply nested unknown field", "audio output", "modalities",
     "web search", "deprecated functions", "unknown message field",
     "tokenize with a generation field", "tools on /v1/completions",
 }

@@ -26,7 +26,6 @@ def refusal(call) -> dict:
     [
         ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
         ({"modalities": ["text", "audio"]}, "modalities"),
-        ({"prediction": {"type": "content", "content": "Paris"}}, "prediction"),
         ({"web_search_options": {}}, "web_search_options"),
         # The default model's template reads neither (test_reasoning.py: one that does).
         ({"reasoning_effort": "high"}, "reasoning_effort"),

@@ -622,6 +622,7 @@ impl Scheduler {
         seq.block_table.clear();
         seq.num_cached_blocks = 0;
         seq.num_computed = 0;
+        seq.draft.clear();
         seq.state = SeqState::Preempted;
         seq.num_preemptions += 1;
         self.total_preemptions += 1;

@@ -13,7 +13,9 @@
 //! preempts anyone for a KV block, and never asks for a token past the sequence's limit or
 //! the context.
 //!
-//! Drafts are planned right after the decodes, so prompt slices are sized to what is left.
+//! Drafts are planned right after the decodes, so prompt slices are sized to what is left. Every
+//! drafted row brings a row of logits (a megabyte with a 262k vocabulary), so a step verifies at
+//! most [`Scheduler::DRAFTED_ROWS_PER_STEP`] of them, as it scores at most as many prompt rows.
 
 use super::{Scheduler, StepPlan};
 use crate::cost_model::StepFeatures;
@@ -21,6 +23,9 @@ use crate::draft_acceptance::DraftSource;
 use crate::sequence::SeqId;
 
 impl Scheduler {
+    /// Most drafted rows one step verifies (each holds a row of logits).
+    pub const DRAFTED_ROWS_PER_STEP: usize = Self::SCORED_ROWS_PER_STEP;
+
     /// Sets the tokens guessed to follow `id`'s last token, and where they came from, for the
     /// next [`Scheduler::plan`] only (it keeps what it feeds and drops the rest). Ignored unless
     /// `id` is decoding.
@@ -74,7 +79,8 @@ impl Scheduler {
         let mut secs = self.cost.predict(features);
         let mut expected_tokens = plan.num_decodes() as f64;
         let mut rows = plan.num_tokens();
-        while rows < self.cfg.max_batched_tokens {
+        let mut drafted = 0;
+        while rows < self.cfg.max_batched_tokens && drafted < Self::DRAFTED_ROWS_PER_STEP {
             let gain = |c: &Candidate| c.rate.powi(plan.chunks[c.chunk].drafted as i32 + 1);
             let Some(best) = candidates
                 .iter()
@@ -107,6 +113,7 @@ impl Scheduler {
             secs = more_secs;
             expected_tokens += g;
             rows += 1;
+            drafted += 1;
         }
         // Sources with a draft this step, and whether any of theirs was verified.
         let mut offered = [(false, false); DraftSource::COUNT];

@@ -71,6 +71,9 @@ impl Scheduler {
         for &id in &self.waiting {
             let s = self.seqs.get(&id).ok_or(format!("waiting {id} unknown"))?;
             let queued = matches!(s.state, SeqState::Waiting | SeqState::Preempted);
+            if !s.draft.is_empty() {
+                return Err(format!("waiting {id} holds a draft"));
+            }
             if !queued || !s.block_table.is_empty() || s.num_computed != 0 {
                 return Err(format!(
                     "waiting {id} in state {:?} holding blocks",

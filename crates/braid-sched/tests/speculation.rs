@@ -206,3 +206,23 @@ fn drafts_never_preempt() {
     assert!(drafted > 0);
     assert_eq!(s.num_preemptions(), 0);
 }
+
+#[test]
+fn a_step_verifies_a_bounded_number_of_drafted_rows() {
+    // Rows nearly free and every draft right: only the per-step bound stops them.
+    let cfg = SchedulerConfig {
+        max_batched_tokens: 512,
+        max_num_seqs: 32,
+        num_blocks: 1024,
+        ..small_cfg()
+    };
+    let mut s = Scheduler::with_cost_model(cfg, CostModel::new([0.020, 0.0, 1e-6, 0.0]));
+    for id in 0..32 {
+        s.add(id, prompt(id, 6), 40, 0.0);
+    }
+    let mut most = 0;
+    run_watching(&mut s, 8, 8, |_, _, plan| {
+        most = most.max(plan.num_drafted())
+    });
+    assert_eq!(most, Scheduler::DRAFTED_ROWS_PER_STEP);
+}
