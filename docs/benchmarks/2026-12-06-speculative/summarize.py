@@ -1,4 +1,6 @@
-"""Paired ratios from run.sh's reports: python summarize.py DIR ROUNDS.
+"""Paired ratios from run.sh's reports: python summarize.py DIR ROUNDS [PREFIX].
+
+Reads PREFIX-1.json ... PREFIX-ROUNDS.json (PREFIX: `round`, run.sh's; llama.sh writes others).
 
 Each record of a group is paired with its twin in the `(baseline)` group (the same request,
 sent to the other server just before or after it); the many-stream group, sent level by level,
@@ -29,10 +31,11 @@ def quartiles(xs):
 
 def main():
     here, rounds = sys.argv[1], int(sys.argv[2])
+    prefix = sys.argv[3] if len(sys.argv) > 3 else "round"
     pairs = {}
     for k in range(1, rounds + 1):
         by = {}
-        for r in json.load(open(f"{here}/round-{k}.json"))["requests"]:
+        for r in json.load(open(f"{here}/{prefix}-{k}.json"))["requests"]:
             if r["outcome"] == "ok":
                 by.setdefault(r["group"], []).append(r)
         twins = [(g, g + " (baseline)", g) for g in by if not g.endswith(" (baseline)")]
