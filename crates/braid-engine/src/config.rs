@@ -1,12 +1,13 @@
 //! The engine's settings (from `braid serve`'s flags) and the scheduler configuration they
 //! become once the model's shape is known.
 
-use braid_model::{KvPool, ModelConfig};
+use braid_model::{KvPool, LoadedModel, ModelConfig};
 use braid_sched::SchedulerConfig;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Engine settings, from `braid serve`'s flags.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct EngineConfig {
     pub kv_cache_mb: usize,
     pub block_size: usize,
@@ -23,6 +24,9 @@ pub struct EngineConfig {
     pub pooling: Option<braid_embedding::Pooling>,
     /// Speculative decoding (`--speculative`, `--num-speculative-tokens`).
     pub speculation: crate::Speculation,
+    /// The model that drafts in place of the n-gram sources (`--draft-model`); it shares the
+    /// KV cache's memory.
+    pub draft_model: Option<Arc<LoadedModel>>,
 }
 
 impl EngineConfig {
@@ -48,7 +52,15 @@ impl EngineConfig {
 
     /// The scheduler's configuration for `model`, or why these settings cannot run it.
     pub fn scheduler_config(&self, model: &ModelConfig) -> anyhow::Result<SchedulerConfig> {
-        let num_blocks = KvPool::blocks_for_budget(model, self.block_size, self.kv_cache_mb);
+        // A draft model's pool has the same blocks, so a block costs both models' bytes.
+        let num_blocks = match &self.draft_model {
+            None => KvPool::blocks_for_budget(model, self.block_size, self.kv_cache_mb),
+            Some(draft) => KvPool::blocks_for_shared_budget(
+                &[model.into(), draft.config().into()],
+                self.block_size,
+                self.kv_cache_mb,
+            ),
+        };
         let cfg = SchedulerConfig {
             block_size: self.block_size,
             num_blocks,

@@ -22,6 +22,7 @@
 //! nothing could answer its requests any more.
 
 use crate::config::EngineConfig;
+use crate::draft_model::{vocabulary_mismatch, DraftModel};
 use crate::drafter::{RecentAnswers, SequenceDrafter, Speculation};
 use crate::embedding_work::{EmbeddingWork, PooledSlice};
 use crate::handle::{EngineHandle, EngineMessage, EngineShared, Submitted};
@@ -30,8 +31,8 @@ use crate::request::{EmbeddingModel, EngineEvent, EngineRequest, Finished, Predi
 use braid_embedding::SentenceEmbedder;
 use braid_model::{score_token, BatchEntry, KvPool, LoadedModel, Sampled, Sampler, Workspace};
 use braid_sched::{
-    CacheEvent, FinishReason, Scheduler, SchedulerConfig, SeqId, SeqState, StepFeatures, StepPlan,
-    StopConditions,
+    CacheEvent, DraftSource, FinishReason, Scheduler, SchedulerConfig, SeqId, SeqState,
+    StepFeatures, StepPlan, StopConditions,
 };
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -59,6 +60,20 @@ pub fn spawn_engine(
         None => anyhow::bail!("the engine needs a generation model, an embedding model or both"),
     };
     let num_blocks = sched_cfg.num_blocks;
+    let draft = match (&model, cfg.draft_model.clone()) {
+        (Some(target), Some(draft)) => {
+            if let Some(why) = vocabulary_mismatch(target, &draft) {
+                anyhow::bail!(why);
+            }
+            tracing::info!(
+                draft_model = %draft.path.display(),
+                "drafting with a draft model; its KV pool has the same {num_blocks} blocks"
+            );
+            Some(DraftModel::new(draft, cfg.block_size, num_blocks))
+        }
+        (None, Some(_)) => anyhow::bail!("a draft model drafts for a generation model"),
+        (_, None) => None,
+    };
     observer.started(&EngineInfo {
         block_size: cfg.block_size,
         num_blocks,
@@ -93,8 +108,13 @@ pub fn spawn_engine(
                 steps: 0,
                 embeddings: (embedder.is_some() || pooling.is_some())
                     .then(|| EmbeddingWork::new(embedder, pooling, hidden_size)),
-                speculation: cfg.speculation,
+                // A draft model drafts in place of the n-gram sources.
+                speculation: Speculation {
+                    ngram: cfg.speculation.ngram && draft.is_none(),
+                    ..cfg.speculation
+                },
                 recent: RecentAnswers::new(RECENT_ANSWER_TOKENS),
+                draft,
             };
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 // After calibrating, which ends with a fresh scheduler.
@@ -162,6 +182,8 @@ pub(crate) struct Engine {
     speculation: Speculation,
     /// Answers of finished requests, a draft source for everyone.
     recent: RecentAnswers,
+    /// The draft model, when one drafts in place of the n-gram sources.
+    draft: Option<DraftModel>,
 }
 
 /// What a step's forward gives back: each sampled chunk's tokens (one, or more where a draft
@@ -425,6 +447,14 @@ impl Engine {
         if let Some(kv) = self.kv.as_mut() {
             for &(src, dst) in &plan.block_copies {
                 kv.copy_block(src, dst);
+            }
+        }
+        if let Some(draft) = self.draft.as_mut() {
+            draft.copy_blocks(&plan.block_copies);
+            let embeddings = self.embeddings.as_ref();
+            let pooled = |id| embeddings.is_some_and(|w| w.is_pooled(id));
+            if let Err(e) = draft.run(plan, &mut self.sched, pooled) {
+                return self.fail_all(&format!("draft model error: {e}"));
             }
         }
         let (sampled, pooled) = if plan.chunks.is_empty() {
@@ -732,7 +762,7 @@ impl Engine {
     fn propose_drafts(&mut self) {
         let spec = self.speculation;
         for (&id, a) in self.active.iter_mut() {
-            if !spec.ngram && a.drafter.prediction.is_none() {
+            if !spec.ngram && a.drafter.prediction.is_none() && self.draft.is_none() {
                 continue;
             }
             let Some(seq) = self.sched.sequence(id) else {
@@ -746,6 +776,12 @@ impl Engine {
                 .draft(&seq.tokens, seq.prompt_len, &self.recent, spec);
             if !draft.is_empty() {
                 self.sched.set_draft(id, draft, source);
+            } else if let Some(model) = &self.draft {
+                // Its tokens are written once the plan says how many (`DraftModel::run`).
+                if model.can_draft(id, seq.tokens.len(), spec.max_tokens) {
+                    self.sched
+                        .set_draft(id, vec![0; spec.max_tokens], DraftSource::Model);
+                }
             }
         }
     }
@@ -765,6 +801,9 @@ impl Engine {
             let accepted = tokens.len() - 1;
             if let Some(a) = self.active.get_mut(&c.seq) {
                 a.drafter.verified(accepted);
+            }
+            if let Some(draft) = self.draft.as_mut() {
+                draft.verified(c.seq, c.start, accepted);
             }
             drafts.push((c.drafted, accepted));
         }

@@ -39,6 +39,7 @@
 mod calibration_run;
 pub mod compute_pool;
 mod config;
+mod draft_model;
 mod drafter;
 mod embedding_work;
 mod engine;
@@ -50,6 +51,7 @@ mod step_watch;
 pub use braid_embedding::{Pooling, SentenceEmbedder};
 pub use braid_sched::{CacheEvent, FinishReason};
 pub use config::EngineConfig;
+pub use draft_model::vocabulary_mismatch;
 pub use drafter::Speculation;
 pub use engine::spawn_engine;
 pub use handle::{EmbedSubmitted, EngineHandle, EngineMessage, EngineStats, Submitted};

@@ -55,6 +55,7 @@ fn engine_with(
         prefix_caching: true,
         pooling: None,
         speculation: Default::default(),
+        draft_model: None,
     };
     let recorder = Arc::new(Recorder::default());
     let h = spawn_engine(Some(model), None, cfg, recorder.clone()).unwrap();

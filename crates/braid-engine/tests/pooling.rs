@@ -52,6 +52,7 @@ fn engine(arch: Arch, seed: u64, pooling: Pooling) -> (EngineHandle, tempfile::T
         prefix_caching: true,
         pooling: Some(pooling),
         speculation: Default::default(),
+        draft_model: None,
     };
     let h = spawn_engine(Some(model), None, cfg, Arc::new(Quiet)).unwrap();
     (h, dir)

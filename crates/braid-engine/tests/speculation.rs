@@ -1,11 +1,14 @@
 //! Speculative decoding in the engine, on the tiny random-weight model: verified drafts give
 //! exactly the tokens, logprobs and seeded samples of plain decoding, whether the draft is right
-//! throughout, right for a while, or wrong; and a `prediction` is drafted and counted.
+//! throughout, right for a while, or wrong; a `prediction` is drafted and counted; and a draft
+//! model (another random-weight GGUF over the same vocabulary) drafts, or is refused when its
+//! vocabulary differs.
 
 use braid_engine::{
     spawn_engine, EngineConfig, EngineEvent, EngineHandle, EngineInfo, EngineObserver,
     EngineRequest, Finished, RequestEvent, Speculation, StepStats,
 };
+use braid_model::tiny_gguf::{Arch, TinyModel};
 use braid_model::{LoadedModel, Sampled, SamplingParams};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,6 +27,16 @@ impl EngineObserver for Drafts {
 
 fn engine(ngram: bool) -> (EngineHandle, Arc<Drafts>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
+    let (h, drafts) = engine_with(&dir, ngram, None).unwrap();
+    (h, drafts, dir)
+}
+
+/// The tiny model (written into `dir`), with `draft` drafting for it.
+fn engine_with(
+    dir: &tempfile::TempDir,
+    ngram: bool,
+    draft: Option<Arc<LoadedModel>>,
+) -> anyhow::Result<(EngineHandle, Arc<Drafts>)> {
     let path = dir.path().join("tiny.gguf");
     braid_model::tiny_gguf::write(&path, 3).unwrap();
     let model = Arc::new(LoadedModel::load(&path).unwrap());
@@ -42,10 +55,18 @@ fn engine(ngram: bool) -> (EngineHandle, Arc<Drafts>, tempfile::TempDir) {
             ngram,
             max_tokens: 6,
         },
+        draft_model: draft,
     };
     let drafts = Arc::new(Drafts::default());
-    let h = spawn_engine(Some(model), None, cfg, drafts.clone()).unwrap();
-    (h, drafts, dir)
+    let h = spawn_engine(Some(model), None, cfg, drafts.clone())?;
+    Ok((h, drafts))
+}
+
+/// A random-weight GGUF of `arch` over the tiny vocabulary, loaded from `dir`.
+fn draft_model(dir: &tempfile::TempDir, model: TinyModel) -> Arc<LoadedModel> {
+    let path = dir.path().join("draft.gguf");
+    model.write(&path).unwrap();
+    Arc::new(LoadedModel::load(&path).unwrap())
 }
 
 fn params(seed: Option<u64>) -> SamplingParams {
@@ -171,4 +192,108 @@ fn requests_sharing_steps_keep_their_own_answers() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(got, want);
+}
+
+#[test]
+fn a_draft_model_that_is_the_model_guesses_every_greedy_token() {
+    let (plain, _, _d1) = engine(false);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("same.gguf");
+    braid_model::tiny_gguf::write(&path, 3).unwrap();
+    let same = Arc::new(LoadedModel::load(&path).unwrap());
+    let (spec, drafts) = engine_with(&dir, true, Some(same)).unwrap();
+    for seed in [None, Some(5)] {
+        let (want, _) = generate(&plain, &PROMPT, params(seed), None);
+        drafts.0.lock().unwrap().clear();
+        let (got, finished) = generate(&spec, &PROMPT, params(seed), None);
+        assert_eq!(
+            got, want,
+            "seed {seed:?}: plain decoding's tokens and logprobs"
+        );
+        assert!(finished.prediction.is_none());
+        let (drafted, accepted) = drafts
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .fold((0, 0), |s, d| (s.0 + d.0, s.1 + d.1));
+        if seed.is_none() {
+            // Its greedy guess is the model's own greedy choice.
+            assert_eq!(accepted, drafted, "every guess is right");
+            assert!(
+                accepted >= 20,
+                "{accepted} of {} tokens drafted",
+                want.len()
+            );
+        } else {
+            assert!(drafted > 0, "sampled text is drafted too");
+        }
+        // A prediction comes first; where it goes wrong, the draft model's cache (behind by
+        // the prediction's accepted tokens) catches up and drafts on.
+        let mut guess = ids(&want);
+        for t in &mut guess[10..14] {
+            *t = (*t + 1) % 256;
+        }
+        let (got, finished) = generate(&spec, &PROMPT, params(seed), Some(guess));
+        assert_eq!(got, want, "seed {seed:?}, with a prediction");
+        assert!(finished.prediction.unwrap().accepted >= 5);
+    }
+}
+
+#[test]
+fn a_draft_model_of_another_shape_changes_no_bit() {
+    let (plain, _, _d1) = engine(false);
+    let dir = tempfile::tempdir().unwrap();
+    let other = draft_model(&dir, TinyModel::arch(Arch::Qwen3, 9).unwrap());
+    let (spec, drafts) = engine_with(&dir, true, Some(other)).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..4u32)
+        .map(|k| PROMPT.iter().map(|t| (t + 5 * k) % 200).collect())
+        .collect();
+    for seed in [None, Some(13)] {
+        let want: Vec<_> = prompts
+            .iter()
+            .map(|p| generate(&plain, p, params(seed), None).0)
+            .collect();
+        // Side by side, so prompt slices and drafts of several sequences share steps; then
+        // once more, with the prompts in the prefix cache of both models' pools.
+        for _ in 0..2 {
+            let got: Vec<_> = std::thread::scope(|s| {
+                let handles: Vec<_> = prompts
+                    .iter()
+                    .map(|p| {
+                        let spec = &spec;
+                        s.spawn(move || generate(spec, p, params(seed), None).0)
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(got, want, "seed {seed:?}");
+        }
+    }
+    assert!(
+        drafts.0.lock().unwrap().iter().any(|d| d.0 > 0),
+        "the draft model drafted"
+    );
+}
+
+#[test]
+fn a_draft_model_with_another_vocabulary_is_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut other = TinyModel::arch(Arch::Llama, 1).unwrap();
+    let tokens = other
+        .metadata
+        .iter_mut()
+        .find(|(k, _)| k == "tokenizer.ggml.tokens")
+        .map(|(_, v)| v)
+        .unwrap();
+    let candle_core::quantized::gguf_file::Value::Array(tokens) = tokens else {
+        panic!("the tokens are an array");
+    };
+    tokens.swap(40, 41);
+    let draft = draft_model(&dir, other);
+    let err = engine_with(&dir, true, Some(draft)).err().expect("refused");
+    let message = err.to_string();
+    for part in ["tiny.gguf", "draft.gguf", "token 40"] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
 }

@@ -103,8 +103,18 @@ impl KvPool {
         block_size: usize,
         megabytes: usize,
     ) -> usize {
-        let bytes_per_block = shape.into().floats_per_token() * block_size * BYTES_PER_ELEMENT;
-        (megabytes * 1024 * 1024) / bytes_per_block
+        Self::blocks_for_shared_budget(&[shape.into()], block_size, megabytes)
+    }
+
+    /// How many blocks of `block_size` tokens fit in `megabytes` when each block is held in
+    /// a pool per shape (a model and its draft model share one block table).
+    pub fn blocks_for_shared_budget(
+        shapes: &[KvShape],
+        block_size: usize,
+        megabytes: usize,
+    ) -> usize {
+        let floats: usize = shapes.iter().map(KvShape::floats_per_token).sum();
+        (megabytes * 1024 * 1024) / (floats * block_size * BYTES_PER_ELEMENT).max(1)
     }
 
     pub fn block_size(&self) -> usize {

@@ -33,10 +33,13 @@ pub enum DraftSource {
     Own,
     /// Recent answers to other requests (suffix decoding).
     Recent,
+    /// A smaller model with the same vocabulary (`--draft-model`), run after the plan: its
+    /// draft is planned by length and its tokens written in before the step's forward.
+    Model,
 }
 
 impl DraftSource {
-    pub const COUNT: usize = 3;
+    pub const COUNT: usize = 4;
 
     pub fn index(self) -> usize {
         self as usize

@@ -38,6 +38,19 @@ impl Scheduler {
         }
     }
 
+    /// Writes the tokens of a planned [`DraftSource::Model`] draft, which the planner sized
+    /// before they existed (the draft model runs on the plan): exactly as many as the plan
+    /// verifies for `id`.
+    pub fn fill_draft(&mut self, id: SeqId, tokens: &[u32]) {
+        let seq = self.seqs.get_mut(&id).expect("a planned sequence");
+        assert_eq!(
+            seq.draft.len(),
+            tokens.len(),
+            "a draft fills the rows planned for it"
+        );
+        seq.draft.copy_from_slice(tokens);
+    }
+
     /// Step 1b: lengthens the decode chunks already in `plan` with drafted rows; see the module
     /// docs.
     pub(super) fn plan_drafts(&mut self, plan: &mut StepPlan) {

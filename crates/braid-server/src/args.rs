@@ -137,6 +137,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub num_speculative_tokens: u16,
 
+    /// A smaller GGUF with the model's vocabulary that drafts in place of the n-gram sources
+    /// (a request's `prediction` still comes first). It reads every prompt and token the model
+    /// reads, and its KV cache shares --kv-cache-mb.
+    #[arg(long, value_name = "GGUF")]
+    pub draft_model: Option<PathBuf>,
+
     /// Model id clients use in the `model` field and /v1/models lists [default: the model
     /// file's name without .gguf]. Requests that omit `model` are served too.
     #[arg(long)]
@@ -365,6 +371,8 @@ impl ServeArgs {
                 ngram: self.speculative == SpeculativeMode::Ngram,
                 max_tokens: self.num_speculative_tokens.into(),
             },
+            // Loaded by the server once the model is (`server::lifecycle`).
+            draft_model: None,
         }
     }
 
@@ -461,6 +469,17 @@ impl ServeArgs {
             anyhow::bail!(
                 "--pooling makes the generation model embed, and there is none: pass --model GGUF \
                  (--embedding-model alone serves only its own embeddings)"
+            );
+        }
+        if self.draft_model.is_some() && self.speculative == SpeculativeMode::Off {
+            anyhow::bail!(
+                "--draft-model drafts for speculative decoding, which --speculative off turns off: \
+                 pass one or the other"
+            );
+        }
+        if self.draft_model.is_some() && self.generation_model().is_none() {
+            anyhow::bail!(
+                "--draft-model drafts for a generation model, and there is none: pass --model GGUF"
             );
         }
         if self.max_tokens_cap == Some(0) {

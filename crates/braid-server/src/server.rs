@@ -20,7 +20,7 @@ use crate::validation::Limits;
 use crate::write_timeout::WriteTimeout;
 use anyhow::Context;
 use axum::Router;
-use braid_engine::SentenceEmbedder;
+use braid_engine::{EngineConfig, SentenceEmbedder};
 use braid_model::LoadedModel;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -268,6 +268,27 @@ async fn lifecycle(
             (Some(_), None) => {}
         }
     }
+    let draft_model = match args.draft_model.clone() {
+        Some(path) => {
+            let load = tokio::task::spawn_blocking(move || LoadedModel::load(&path));
+            match load.await.context("draft model loading panicked")? {
+                Ok(m) => Some(Arc::new(m)),
+                Err(braid_model::ModelError::FileMissing { path }) => {
+                    let e = anyhow::anyhow!(
+                        "--draft-model {}: no such file; pass a GGUF with the model's vocabulary",
+                        path.display()
+                    );
+                    tracing::error!("{e}");
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::error!("cannot load the draft model: {e}");
+                    return Err(anyhow::Error::new(e).context("cannot load the draft model"));
+                }
+            }
+        }
+        None => None,
+    };
     let embedder = match args.embedding_model.clone() {
         Some(dir) => {
             let load = tokio::task::spawn_blocking(move || SentenceEmbedder::load(&dir));
@@ -324,10 +345,14 @@ async fn lifecycle(
         reasoning_parser: args.reasoning_parser,
         tool_syntax,
     };
+    let engine_config = EngineConfig {
+        draft_model,
+        ..args.to_engine_config()
+    };
     let ready = Ready::start(
         model,
         embedder,
-        args.to_engine_config(),
+        engine_config,
         state.metrics.clone(),
         limits,
         kv_events,

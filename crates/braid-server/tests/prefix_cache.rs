@@ -33,6 +33,7 @@ fn engine(prefix_caching: bool, kv_cache_mb: usize) -> Engine {
         prefix_caching,
         pooling: None,
         speculation: Default::default(),
+        draft_model: None,
     };
     let metrics = Arc::new(Metrics::new());
     Engine {
