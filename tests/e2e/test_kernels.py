@@ -39,7 +39,9 @@ def test_each_kernel_serves_the_pinned_greedy_output(kernel):
     try:
         metrics = requests.get(server.url + "/metrics", timeout=10).text
         assert f'kernel="{kernel}"' in metrics, "braid_build_info does not name the forced kernel"
-        assert_serves_the_pinned_output(server.url)
+        # The portable kernel, the reference every other is checked against bit for bit
+        # (crates/braid-kernels), is several times slower: a few of the requests show it serves.
+        assert_serves_the_pinned_output(server.url, first=4 if kernel == "portable" else None)
     finally:
         server.stop()
 

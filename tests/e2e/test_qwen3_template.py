@@ -10,12 +10,13 @@ does with it: an answer that starts inside an open `<think>` block is reasoning 
 block closes, which noise never does; a forced call is a call whatever the weights."""
 
 import subprocess
+from pathlib import Path
 
 import openai
 import pytest
 import requests
 
-from conftest import ROOT, Server
+from conftest import BIN, ROOT, Server
 
 TEMPLATE = ROOT / "crates" / "braid-text" / "tests" / "data" / "templates" / "Qwen-Qwen3-0.6B.jinja"
 TIMEOUT = 120  # every request's, in seconds: a bound, never a speed requirement
@@ -28,12 +29,11 @@ CONTINUE = {"continue_final_message": True, "add_generation_prompt": False}
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen3") / "tiny-qwen3.gguf"
-    subprocess.run(
-        ["cargo", "run", "--quiet", "--release", "-p", "braid-model", "--example", "write-tiny-gguf", "--", "qwen3", str(path), str(SEED)],
-        cwd=ROOT,
-        check=True,
-        timeout=600,
-    )
+    # scripts/test.sh builds the examples beside the binary; `cargo run -p braid-model` alone
+    # would build braid-model again with its own features, most of a minute.
+    built = Path(BIN).parent / "examples" / "write-tiny-gguf"
+    writer = [str(built)] if built.exists() else ["cargo", "run", "--quiet", "--release", "-p", "braid-model", "--example", "write-tiny-gguf", "--"]
+    subprocess.run([*writer, "qwen3", str(path), str(SEED)], cwd=ROOT, check=True, timeout=600)
     s = Server("--chat-template", str(TEMPLATE), model=str(path))
     client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
     yield s, client, client.models.list().data[0].id
