@@ -18,6 +18,15 @@ impl Engine {
         };
         tracing::info!(coefficients = ?cost.coefficients(), "cost model calibrated");
         self.sched = Scheduler::with_cost_model(self.sched_cfg.clone(), cost);
+        if let Some(draft) = self.draft.as_mut() {
+            match draft.time_pass() {
+                Ok(secs) => {
+                    tracing::info!(secs, "draft model pass timed");
+                    self.sched.observe_draft_passes(1, secs);
+                }
+                Err(e) => tracing::warn!("cannot time the draft model: {e}"),
+            }
+        }
     }
 
     /// The embedding model's seconds per token, from the faster of two batches of 8 texts of

@@ -2,7 +2,9 @@
 //! answer's next tokens, for the step to verify beside its decode.
 //!
 //! Where no text predicts the answer, only a model can guess it; a model several times smaller
-//! guesses most of a small model's easy tokens at a fraction of a step. How it fits braid:
+//! guesses most of a small model's easy tokens at a fraction of a step. Where a text does
+//! (the request's prediction, its prompt, a recent answer), that draft costs no pass and comes
+//! first; the draft model drafts the rest. How it fits braid:
 //! - **One block table for two pools.** The draft model's KV pool has exactly the target's
 //!   blocks, and a sequence holds the same block ids in both. So the scheduler's block tables,
 //!   prefix cache, copies and preemption serve the draft model unchanged, and one
@@ -14,7 +16,9 @@
 //! - **Planned before it exists.** The planner sizes each sequence's draft by its acceptance
 //!   (a placeholder of `--num-speculative-tokens` stands in), then the draft model runs one pass
 //!   per drafted token of the longest draft, greedily, and the tokens are written in before the
-//!   target's forward. Its passes are part of the step the cost model times.
+//!   target's forward. The pass that reads the step's positions grows with them, like the
+//!   target's work, and the cost model learns it as part of the step; each further pass is
+//!   timed on its own, and the planner makes a deeper draft pay for it (`planner_drafts.rs`).
 //!
 //! Its cache may fall a position behind (a fully accepted draft's last token was never fed to
 //! it) or hold a guess where the target kept another token; either only makes its next guesses
@@ -26,6 +30,7 @@ use braid_model::{BatchEntry, KvPool, LoadedModel, Workspace};
 use braid_sched::{DraftSource, Scheduler, SeqId, StepPlan};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub struct DraftModel {
     model: Arc<LoadedModel>,
@@ -100,14 +105,29 @@ impl DraftModel {
         }
     }
 
+    /// Seconds one pass over a single row takes, the fastest of three: what the planner
+    /// expects a pass to cost before a step has run one. Run before serving (it writes block
+    /// 0's first position).
+    pub fn time_pass(&mut self) -> braid_model::Result<f64> {
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let started = Instant::now();
+            self.guess(&[entry(&[0], 0, &[0], true)])?;
+            best = best.min(started.elapsed().as_secs_f64());
+        }
+        Ok(best)
+    }
+
     /// Reads the step's positions and writes the planned drafts' tokens into the scheduler.
     /// `skip` names the sequences the draft model never follows (texts read for an embedding).
+    /// Returns the passes run after the first (one per drafted token past each draft's first)
+    /// and the seconds they took: the planner's cost of a deeper draft.
     pub fn run(
         &mut self,
         plan: &StepPlan,
         sched: &mut Scheduler,
         skip: impl Fn(SeqId) -> bool,
-    ) -> braid_model::Result<()> {
+    ) -> braid_model::Result<(usize, f64)> {
         self.computed.retain(|id, _| sched.sequence(*id).is_some());
         self.beyond_context
             .retain(|id| sched.sequence(*id).is_some());
@@ -164,6 +184,8 @@ impl DraftModel {
             }
         }
         // One pass per further guess, each feeding every draft's latest guess.
+        let started = Instant::now();
+        let mut passes = 0;
         loop {
             let feeding: Vec<usize> = (0..drafts.len())
                 .filter(|&i| drafts[i].2.len() < drafts[i].1)
@@ -171,6 +193,7 @@ impl DraftModel {
             if feeding.is_empty() {
                 break;
             }
+            passes += 1;
             let fed: Vec<[u32; 1]> = feeding
                 .iter()
                 .map(|&i| [*drafts[i].2.last().expect("a first guess")])
@@ -197,10 +220,11 @@ impl DraftModel {
                 guesses.push(guess);
             }
         }
+        let secs = started.elapsed().as_secs_f64();
         for (id, _, guesses) in drafts {
             sched.fill_draft(id, &guesses);
         }
-        Ok(())
+        Ok((passes, secs))
     }
 
     /// Runs a pass: the greedy guess of every sampled row, in batch order.

@@ -108,11 +108,7 @@ pub fn spawn_engine(
                 steps: 0,
                 embeddings: (embedder.is_some() || pooling.is_some())
                     .then(|| EmbeddingWork::new(embedder, pooling, hidden_size)),
-                // A draft model drafts in place of the n-gram sources.
-                speculation: Speculation {
-                    ngram: cfg.speculation.ngram && draft.is_none(),
-                    ..cfg.speculation
-                },
+                speculation: cfg.speculation,
                 recent: RecentAnswers::new(RECENT_ANSWER_TOKENS),
                 draft,
             };
@@ -182,8 +178,8 @@ pub(crate) struct Engine {
     speculation: Speculation,
     /// Answers of finished requests, a draft source for everyone.
     recent: RecentAnswers,
-    /// The draft model, when one drafts in place of the n-gram sources.
-    draft: Option<DraftModel>,
+    /// The draft model, which drafts where the other sources have nothing.
+    pub(crate) draft: Option<DraftModel>,
 }
 
 /// What a step's forward gives back: each sampled chunk's tokens (one, or more where a draft
@@ -449,12 +445,18 @@ impl Engine {
                 kv.copy_block(src, dst);
             }
         }
+        // The draft model's passes after its first, which the cost model does not predict.
+        let mut pass_secs = 0.0;
         if let Some(draft) = self.draft.as_mut() {
             draft.copy_blocks(&plan.block_copies);
             let embeddings = self.embeddings.as_ref();
             let pooled = |id| embeddings.is_some_and(|w| w.is_pooled(id));
-            if let Err(e) = draft.run(plan, &mut self.sched, pooled) {
-                return self.fail_all(&format!("draft model error: {e}"));
+            match draft.run(plan, &mut self.sched, pooled) {
+                Ok((passes, secs)) => {
+                    self.sched.observe_draft_passes(passes, secs);
+                    pass_secs = secs;
+                }
+                Err(e) => return self.fail_all(&format!("draft model error: {e}")),
             }
         }
         let (sampled, pooled) = if plan.chunks.is_empty() {
@@ -491,7 +493,7 @@ impl Engine {
             .collect();
         let duration = started.elapsed();
         self.sched
-            .observe_step(StepFeatures::of(plan), duration.as_secs_f64());
+            .observe_step(StepFeatures::of(plan), duration.as_secs_f64() - pass_secs);
         self.report_preempted(plan);
 
         let now = Instant::now();

@@ -201,7 +201,8 @@ fn a_draft_model_that_is_the_model_guesses_every_greedy_token() {
     let path = dir.path().join("same.gguf");
     braid_model::tiny_gguf::write(&path, 3).unwrap();
     let same = Arc::new(LoadedModel::load(&path).unwrap());
-    let (spec, drafts) = engine_with(&dir, true, Some(same)).unwrap();
+    // Only the draft model drafts (the n-gram sources would come first where they match).
+    let (spec, drafts) = engine_with(&dir, false, Some(same)).unwrap();
     for seed in [None, Some(5)] {
         let (want, _) = generate(&plain, &PROMPT, params(seed), None);
         drafts.0.lock().unwrap().clear();
@@ -220,8 +221,10 @@ fn a_draft_model_that_is_the_model_guesses_every_greedy_token() {
         if seed.is_none() {
             // Its greedy guess is the model's own greedy choice.
             assert_eq!(accepted, drafted, "every guess is right");
+            // How deep depends on what a pass costs against a step (here as much: the same
+            // model), but the first guess comes with the pass that reads the step anyway.
             assert!(
-                accepted >= 20,
+                accepted >= want.len() / 4,
                 "{accepted} of {} tokens drafted",
                 want.len()
             );

@@ -105,6 +105,8 @@ pub struct Scheduler {
     embeddings: EmbeddingQueue,
     /// Every sequence's drafts together, per source: where a new sequence's estimate starts.
     acceptance: [crate::DraftAcceptance; crate::DraftSource::COUNT],
+    /// Seconds a draft model's pass takes, as measured (`Scheduler::observe_draft_passes`).
+    draft_pass_secs: Option<f64>,
 }
 
 /// Running totals while one step is assembled.
@@ -150,6 +152,7 @@ impl Scheduler {
             shares: PromptShares::default(),
             embeddings: EmbeddingQueue::default(),
             acceptance: Default::default(),
+            draft_pass_secs: None,
         }
     }
 

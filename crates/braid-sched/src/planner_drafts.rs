@@ -13,6 +13,13 @@
 //! preempts anyone for a KV block, and never asks for a token past the sequence's limit or
 //! the context.
 //!
+//! A [`DraftSource::Model`] draft also costs the draft model's passes: its first token comes
+//! from the pass that reads the step's positions anyway, and each further one from one more
+//! pass over every sequence drafting that deep. So a row that makes the step's deepest model
+//! draft one deeper adds a pass's measured time (`observe_draft_passes`) to its cost; the step
+//! time the cost model learns from is the step's without those passes, which it could not
+//! explain by its features.
+//!
 //! Drafts are planned right after the decodes, so prompt slices are sized to what is left. Every
 //! drafted row brings a row of logits (a megabyte with a 262k vocabulary), so a step verifies at
 //! most [`Scheduler::DRAFTED_ROWS_PER_STEP`] of them, as it scores at most as many prompt rows.
@@ -49,6 +56,19 @@ impl Scheduler {
             "a draft fills the rows planned for it"
         );
         seq.draft.copy_from_slice(tokens);
+    }
+
+    /// A step ran `passes` draft-model passes after its first, in `secs`: what the next
+    /// model drafts' passes are expected to cost (recent steps weigh more).
+    pub fn observe_draft_passes(&mut self, passes: usize, secs: f64) {
+        if passes == 0 || !secs.is_finite() {
+            return;
+        }
+        let per_pass = secs / passes as f64;
+        self.draft_pass_secs = Some(match self.draft_pass_secs {
+            Some(old) => 0.8 * old + 0.2 * per_pass,
+            None => per_pass,
+        });
     }
 
     /// Step 1b: lengthens the decode chunks already in `plan` with drafted rows; see the module
@@ -93,6 +113,15 @@ impl Scheduler {
         let mut expected_tokens = plan.num_decodes() as f64;
         let mut rows = plan.num_tokens();
         let mut drafted = 0;
+        // Draft-model passes after the first, and what one costs: until one is measured, a
+        // decode step's time (a draft model is smaller than the model).
+        let mut passes = 0;
+        let pass_secs = self.draft_pass_secs.unwrap_or_else(|| {
+            self.cost.predict(StepFeatures {
+                decode_seqs: 1,
+                ..StepFeatures::default()
+            })
+        });
         while rows < self.cfg.max_batched_tokens && drafted < Self::DRAFTED_ROWS_PER_STEP {
             let gain = |c: &Candidate| c.rate.powi(plan.chunks[c.chunk].drafted as i32 + 1);
             let Some(best) = candidates
@@ -109,7 +138,12 @@ impl Scheduler {
             let mut more = features;
             more.decode_seqs += 1;
             more.attended_tokens += chunk.start + chunk.len + 1;
-            let more_secs = self.cost.predict(more);
+            // A model draft's row at depth d needs d - 1 passes after the first.
+            let more_passes = match self.seqs[&chunk.seq].draft_source {
+                DraftSource::Model => passes.max(chunk.drafted),
+                _ => passes,
+            };
+            let more_secs = self.cost.predict(more) + more_passes as f64 * pass_secs;
             // Tokens per second rise only if g / (more_secs - secs) beats the step's own rate.
             let pays = g * secs > (more_secs - secs) * expected_tokens;
             if !pays || target.is_some_and(|t| more_secs > t) {
@@ -124,6 +158,7 @@ impl Scheduler {
             c.drafted += 1;
             features = more;
             secs = more_secs;
+            passes = more_passes;
             expected_tokens += g;
             rows += 1;
             drafted += 1;

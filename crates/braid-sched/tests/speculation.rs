@@ -53,6 +53,17 @@ fn run_watching(
     s: &mut Scheduler,
     len: usize,
     right: usize,
+    watch: impl FnMut(usize, &Scheduler, &StepPlan),
+) -> (usize, usize) {
+    run_from(s, DraftSource::Own, len, right, watch)
+}
+
+/// [`run_watching`], the drafts coming from `source`.
+fn run_from(
+    s: &mut Scheduler,
+    source: DraftSource,
+    len: usize,
+    right: usize,
     mut watch: impl FnMut(usize, &Scheduler, &StepPlan),
 ) -> (usize, usize) {
     let (mut steps, mut drafted) = (0, 0);
@@ -60,7 +71,7 @@ fn run_watching(
         let ids: Vec<SeqId> = s.running_ids().to_vec();
         for id in ids {
             let d = draft(s, id, len, right);
-            s.set_draft(id, d, DraftSource::Own);
+            s.set_draft(id, d, source);
         }
         let plan = s.plan(steps as f64 * 0.01);
         check_plan(s, &plan);
@@ -225,4 +236,33 @@ fn a_step_verifies_a_bounded_number_of_drafted_rows() {
         most = most.max(plan.num_drafted())
     });
     assert_eq!(most, Scheduler::DRAFTED_ROWS_PER_STEP);
+}
+
+#[test]
+fn a_draft_models_further_passes_are_paid_for() {
+    // Each token of a model's draft after its first takes one more pass of the draft model. A
+    // pass a tenth of a step: long drafts. A pass as long as a step: only the first token,
+    // which the pass that reads the step's positions gives anyway.
+    let cfg = SchedulerConfig {
+        max_batched_tokens: 64,
+        ..small_cfg()
+    };
+    for (pass_secs, deepest_allowed) in [(0.0004, 4..=8), (0.004, 1..=1)] {
+        let mut s = scheduler(cfg.clone(), 1, 40);
+        s.observe_draft_passes(2, 2.0 * pass_secs);
+        let mut deepest = 0;
+        run_from(&mut s, DraftSource::Model, 8, 8, |_, _, plan| {
+            deepest = plan
+                .chunks
+                .iter()
+                .map(|c| c.drafted)
+                .max()
+                .unwrap_or(0)
+                .max(deepest);
+        });
+        assert!(
+            deepest_allowed.contains(&deepest),
+            "a pass of {pass_secs} s: drafts {deepest} deep"
+        );
+    }
 }

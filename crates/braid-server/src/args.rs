@@ -137,9 +137,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub num_speculative_tokens: u16,
 
-    /// A smaller GGUF with the model's vocabulary that drafts in place of the n-gram sources
-    /// (a request's `prediction` still comes first). It reads every prompt and token the model
-    /// reads, and its KV cache shares --kv-cache-mb.
+    /// A smaller GGUF with the model's vocabulary that drafts where the request's prediction,
+    /// its own tokens and recent answers have nothing to draft. It reads every prompt and token
+    /// the model reads, and its KV cache shares --kv-cache-mb.
     #[arg(long, value_name = "GGUF")]
     pub draft_model: Option<PathBuf>,
 
