@@ -5,6 +5,7 @@ right answer) and nobody gets a 5xx or waits forever."""
 import concurrent.futures as cf
 import json
 import random
+import signal
 import socket
 import threading
 import time
@@ -155,18 +156,24 @@ def test_overload_burst_of_four_times_the_queue_gets_only_429s_and_correct_answe
     assert m["braid_num_requests_running"] == 0 and m["braid_kv_cache_usage_perc"] == 0, m
 
 
+def eight_tokens_in_the_background(url: str) -> tuple[threading.Thread, dict]:
+    """A started thread asking for an 8-token completion, and where its response lands ("r")."""
+    answer = {}
+
+    def ask():
+        answer["r"] = requests.post(url + "/v1/completions", json={"prompt": "The sky is", "max_tokens": 8, "ignore_eos": True}, timeout=120)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    return t, answer
+
+
 def test_a_stuck_step_turns_health_to_503_until_it_returns(make_server):
     """A step that does not return (injected: the engine loop's 3rd step sleeps 6 s) makes
     /health answer 503 `engine_stalled` once it has run past --step-stall-secs, so a probe can
     act on it; when the step returns, health is 200 again and the request still completes."""
     s = make_server("--step-stall-secs", "1", env={"BRAID_FAULT_STALL_STEP": "3:6"})
-    answer = {}
-
-    def ask():
-        answer["r"] = requests.post(s.url + "/v1/completions", json={"prompt": "The sky is", "max_tokens": 8, "ignore_eos": True}, timeout=120)
-
-    t = threading.Thread(target=ask)
-    t.start()
+    t, answer = eight_tokens_in_the_background(s.url)
     seen, deadline = [], time.monotonic() + 60
     while t.is_alive() and time.monotonic() < deadline:
         r = requests.get(s.url + "/health", timeout=5)
@@ -177,3 +184,21 @@ def test_a_stuck_step_turns_health_to_503_until_it_returns(make_server):
     assert requests.get(s.url + "/health", timeout=5).status_code == 200
     assert answer["r"].status_code == 200 and answer["r"].json()["usage"]["completion_tokens"] == 8
     assert "BRAID_FAULT_STALL_STEP: step 3 stalls" in s.log_path.read_text()
+
+
+def test_sigterm_during_a_requests_first_step_still_drains_it(make_server):
+    """The request's first step (injected: it sleeps 8 s, past the 5 s the server gives open
+    connections once it stops) has taken it off the waiting queue; a drain that then saw it
+    neither waiting nor running stopped the server under it (a CI run lost a stream so). It is
+    counted as running before its step starts, and drained."""
+    s = make_server("--drain-timeout-secs", "60", env={"BRAID_FAULT_STALL_STEP": "1:8"})
+    t, answer = eight_tokens_in_the_background(s.url)
+    deadline = time.monotonic() + 60
+    while "step 1 stalls" not in s.log_path.read_text():
+        assert time.monotonic() < deadline, s.log_path.read_text()
+        time.sleep(0.05)
+    s.proc.send_signal(signal.SIGTERM)
+    t.join(60)
+    assert answer["r"].status_code == 200, answer["r"].text
+    assert answer["r"].json()["usage"]["completion_tokens"] == 8
+    assert s.proc.wait(60) == 0

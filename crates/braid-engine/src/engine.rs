@@ -421,6 +421,22 @@ impl Engine {
         let shared = self.shared.clone();
         let _watch = shared.step.begin();
         self.steps += 1;
+        let scheduled = Instant::now();
+        // A request leaves the waiting count below as it joins the running one: a drain that
+        // waits for both to reach zero must never see it in neither.
+        self.publish();
+        for c in &plan.chunks {
+            if let Some(a) = self.active.get_mut(&c.seq) {
+                if a.waiting.take().is_some() {
+                    let queue_time = scheduled.saturating_duration_since(a.arrival);
+                    a.queue_secs = Some(queue_time.as_secs_f64());
+                    a.cached_tokens = self.sched.sequence(c.seq).map_or(0, |s| s.cached_tokens);
+                    self.observer
+                        .request(c.seq, &RequestEvent::Scheduled { queue_time });
+                }
+            }
+        }
+        // After the requests are counted as running: a stalled step still holds them.
         if let Some(stall) = crate::step_watch::injected_stall(self.steps) {
             tracing::warn!(
                 "BRAID_FAULT_STALL_STEP: step {} stalls {stall:?}",
@@ -429,17 +445,6 @@ impl Engine {
             std::thread::sleep(stall);
         }
         let started = Instant::now();
-        for c in &plan.chunks {
-            if let Some(a) = self.active.get_mut(&c.seq) {
-                if a.waiting.take().is_some() {
-                    let queue_time = started.saturating_duration_since(a.arrival);
-                    a.queue_secs = Some(queue_time.as_secs_f64());
-                    a.cached_tokens = self.sched.sequence(c.seq).map_or(0, |s| s.cached_tokens);
-                    self.observer
-                        .request(c.seq, &RequestEvent::Scheduled { queue_time });
-                }
-            }
-        }
         if let Some(kv) = self.kv.as_mut() {
             for &(src, dst) in &plan.block_copies {
                 kv.copy_block(src, dst);
@@ -556,6 +561,8 @@ impl Engine {
             embed_tokens: plan.num_embed_tokens(),
             drafts,
         });
+        // The gauges first: a client that has a token sees its request counted.
+        self.publish();
         for out in outgoing {
             self.send(out);
         }

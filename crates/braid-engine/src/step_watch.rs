@@ -51,7 +51,8 @@ impl Drop for StepGuard<'_> {
 }
 
 /// Fault injection for the test of the watchdog: with `BRAID_FAULT_STALL_STEP=N:SECS` in the
-/// environment, the engine loop's `N`th step (from 1) sleeps `SECS` seconds before it runs.
+/// environment, the engine loop's `N`th step (from 1) sleeps `SECS` seconds before its forward
+/// (its requests already counted as running).
 /// Unset, as in every normal run, it costs one load of a cached `None` per step.
 pub(crate) fn injected_stall(step: u64) -> Option<Duration> {
     static STALL: std::sync::OnceLock<Option<(u64, f64)>> = std::sync::OnceLock::new();
