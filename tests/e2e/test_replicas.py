@@ -52,7 +52,9 @@ class Replicas:
     "--policy", "cache_aware")) in front of n replicas started with `flags`."""
 
     def __init__(self, n: int, tmp: Path, *flags: str, router: tuple[str, ...] = ()):
-        base = free_ports(n + 2)
+        # The router, the replicas, the router's metrics, and each replica's KV-events socket
+        # (replicas.sh's default for those, 1000 above the replicas, was never checked free).
+        base = free_ports(2 * n + 2)
         self.port, self.replica_ports = base, [base + 1 + i for i in range(n)]
         self.router_metrics_port = base + n + 1
         self.url = f"http://127.0.0.1:{self.port}"
@@ -65,6 +67,7 @@ class Replicas:
             "BRAID_REPLICA_BASE_PORT": str(base + 1),
             "BRAID_REPLICAS_DIR": str(self.dir),
             "BRAID_ROUTER_METRICS_PORT": str(self.router_metrics_port),
+            "BRAID_KV_EVENTS_BASE_PORT": str(base + n + 2),
         }
         self.out = open(tmp / "replicas.out", "w")
         self.proc = subprocess.Popen(
