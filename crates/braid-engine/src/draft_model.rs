@@ -91,11 +91,9 @@ impl DraftModel {
     }
 
     /// Whether sequence `id`, `len` tokens long, can have a draft of `tokens` now: the draft
-    /// model has read it, and the draft fits its context.
+    /// model has read it (never one beyond its context), and the draft fits its context.
     pub fn can_draft(&self, id: SeqId, len: usize, tokens: usize) -> bool {
-        self.computed.contains_key(&id)
-            && len + tokens <= self.model.config().context_length
-            && !self.beyond_context.contains(&id)
+        self.computed.contains_key(&id) && len + tokens <= self.model.config().context_length
     }
 
     /// Applies the step's block copies to the draft model's pool too.
