@@ -84,6 +84,9 @@ enum Command {
             braid_kernels::Kernel::ALL.map(braid_kernels::Kernel::name)
         ))]
         kernel: Option<String>,
+        /// How the KV cache stores keys and values, as `braid serve --kv-cache-dtype`.
+        #[arg(long, value_enum, default_value_t = braid_server::args::KvCacheDtype::Auto)]
+        kv_cache_dtype: braid_server::args::KvCacheDtype,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -293,6 +296,7 @@ fn run() -> anyhow::Result<()> {
             decode_steps,
             compare_kernels,
             kernel: _,
+            kv_cache_dtype,
             json,
         } => {
             let m = model.load()?;
@@ -301,6 +305,7 @@ fn run() -> anyhow::Result<()> {
                 batch_sizes: batch,
                 context,
                 decode_steps,
+                kv_dtype: kv_cache_dtype.into(),
                 ..Default::default()
             };
             let report = braid_model::engine_bench::run(&m, &opts)?;

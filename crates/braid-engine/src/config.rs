@@ -1,7 +1,7 @@
 //! The engine's settings (from `braid serve`'s flags) and the scheduler configuration they
 //! become once the model's shape is known.
 
-use braid_model::{KvPool, LoadedModel, ModelConfig};
+use braid_model::{KvDtype, KvPool, LoadedModel, ModelConfig};
 use braid_sched::SchedulerConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,8 @@ pub struct EngineConfig {
     /// The model that drafts in place of the n-gram sources (`--draft-model`); it shares the
     /// KV cache's memory.
     pub draft_model: Option<Arc<LoadedModel>>,
+    /// How the KV cache stores keys and values (`--kv-cache-dtype`), for both models.
+    pub kv_cache_dtype: KvDtype,
 }
 
 impl EngineConfig {
@@ -54,13 +56,26 @@ impl EngineConfig {
     pub fn scheduler_config(&self, model: &ModelConfig) -> anyhow::Result<SchedulerConfig> {
         // A draft model's pool has the same blocks, so a block costs both models' bytes.
         let num_blocks = match &self.draft_model {
-            None => KvPool::blocks_for_budget(model, self.block_size, self.kv_cache_mb),
+            None => KvPool::blocks_for_budget(
+                model,
+                self.block_size,
+                self.kv_cache_mb,
+                self.kv_cache_dtype,
+            ),
             Some(draft) => KvPool::blocks_for_shared_budget(
                 &[model.into(), draft.config().into()],
                 self.block_size,
                 self.kv_cache_mb,
+                self.kv_cache_dtype,
             ),
         };
+        let heads = std::iter::once(model.head_dim)
+            .chain(self.draft_model.as_ref().map(|d| d.config().head_dim));
+        for head_dim in heads {
+            if let Some(why) = self.kv_cache_dtype.unsupported_for(head_dim) {
+                anyhow::bail!("--kv-cache-dtype {}: {why}", self.kv_cache_dtype);
+            }
+        }
         let cfg = SchedulerConfig {
             block_size: self.block_size,
             num_blocks,

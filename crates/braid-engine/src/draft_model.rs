@@ -26,7 +26,7 @@
 
 // A draft is the draft model's greedy guess.
 use braid_model::sampling::argmax;
-use braid_model::{BatchEntry, KvPool, LoadedModel, Workspace};
+use braid_model::{BatchEntry, KvDtype, KvPool, LoadedModel, Workspace};
 use braid_sched::{DraftSource, Scheduler, SeqId, StepPlan};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -79,8 +79,13 @@ pub fn vocabulary_mismatch(target: &LoadedModel, draft: &LoadedModel) -> Option<
 
 impl DraftModel {
     /// The draft model over a pool of `num_blocks` blocks, the target's count.
-    pub fn new(model: Arc<LoadedModel>, block_size: usize, num_blocks: usize) -> Self {
-        let kv = KvPool::new(model.config(), block_size, num_blocks);
+    pub fn new(
+        model: Arc<LoadedModel>,
+        block_size: usize,
+        num_blocks: usize,
+        dtype: KvDtype,
+    ) -> Self {
+        let kv = KvPool::with_dtype(model.config(), block_size, num_blocks, dtype);
         Self {
             model,
             kv,

@@ -69,7 +69,12 @@ pub fn spawn_engine(
                 draft_model = %draft.path.display(),
                 "drafting with a draft model; its KV pool has the same {num_blocks} blocks"
             );
-            Some(DraftModel::new(draft, cfg.block_size, num_blocks))
+            Some(DraftModel::new(
+                draft,
+                cfg.block_size,
+                num_blocks,
+                cfg.kv_cache_dtype,
+            ))
         }
         (None, Some(_)) => anyhow::bail!("a draft model drafts for a generation model"),
         (_, None) => None,
@@ -79,6 +84,7 @@ pub fn spawn_engine(
         num_blocks,
         prefix_caching: cfg.prefix_caching,
         itl_target: cfg.itl_target,
+        kv_cache_dtype: cfg.kv_cache_dtype.name(),
     });
     let (tx, rx) = mpsc::channel();
     let handle = EngineHandle::new(tx, sched_cfg.clone(), cfg.max_waiting);
@@ -86,6 +92,7 @@ pub fn spawn_engine(
     tracing::info!(
         kv_blocks = num_blocks,
         kv_tokens = num_blocks * cfg.block_size,
+        kv_dtype = %cfg.kv_cache_dtype,
         threads = rayon::current_num_threads(),
         "engine starting"
     );
@@ -96,9 +103,9 @@ pub fn spawn_engine(
                 epoch: Instant::now(),
                 sched: Scheduler::new(sched_cfg.clone()),
                 cache_events: observer.wants_cache_events(),
-                kv: model
-                    .as_ref()
-                    .map(|m| KvPool::new(m.config(), cfg.block_size, num_blocks)),
+                kv: model.as_ref().map(|m| {
+                    KvPool::with_dtype(m.config(), cfg.block_size, num_blocks, cfg.kv_cache_dtype)
+                }),
                 sched_cfg,
                 model,
                 ws: Workspace::default(),

@@ -22,6 +22,8 @@ pub struct EngineInfo {
     pub num_blocks: usize,
     pub prefix_caching: bool,
     pub itl_target: Option<Duration>,
+    /// How the KV cache stores keys and values (`f16`, `q8_0`).
+    pub kv_cache_dtype: &'static str,
 }
 
 /// One engine step that ran.

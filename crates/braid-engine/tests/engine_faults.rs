@@ -56,6 +56,7 @@ fn engine_with(
         pooling: None,
         speculation: Default::default(),
         draft_model: None,
+        kv_cache_dtype: Default::default(),
     };
     let recorder = Arc::new(Recorder::default());
     let h = spawn_engine(Some(model), None, cfg, recorder.clone()).unwrap();

@@ -53,6 +53,7 @@ fn engine(arch: Arch, seed: u64, pooling: Pooling) -> (EngineHandle, tempfile::T
         pooling: Some(pooling),
         speculation: Default::default(),
         draft_model: None,
+        kv_cache_dtype: Default::default(),
     };
     let h = spawn_engine(Some(model), None, cfg, Arc::new(Quiet)).unwrap();
     (h, dir)

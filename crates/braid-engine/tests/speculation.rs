@@ -56,6 +56,7 @@ fn engine_with(
             max_tokens: 6,
         },
         draft_model: draft,
+        kv_cache_dtype: Default::default(),
     };
     let drafts = Arc::new(Drafts::default());
     let h = spawn_engine(Some(model), None, cfg, drafts.clone())?;

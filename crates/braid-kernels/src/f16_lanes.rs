@@ -24,6 +24,17 @@ pub trait Lanes {
     /// The CPU must have the instruction set's features (the caller runs inside its
     /// `#[target_feature]` entry point).
     unsafe fn widen16(bits: &[u16; 16]) -> [f32; 16];
+
+    /// Each of 16 int8 times the float at the same place (a q8_0 KV value and its scale):
+    /// exact widening, then one IEEE product, so every set gives the same bits.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Lanes::widen16`].
+    #[inline(always)]
+    unsafe fn dequantize16(quants: &[i8; 16], scales: &[f32; 16]) -> [f32; 16] {
+        std::array::from_fn(|i| quants[i] as f32 * scales[i])
+    }
 }
 
 /// Lane by lane with integer steps ([`f16_to_f32`]), which the compiler vectorizes for any
@@ -64,6 +75,27 @@ impl Lanes for Avx512Lanes {
         };
         out
     }
+
+    #[inline(always)]
+    unsafe fn dequantize16(quants: &[i8; 16], scales: &[f32; 16]) -> [f32; 16] {
+        use std::arch::x86_64::{
+            __m128i, _mm512_cvtepi32_ps, _mm512_cvtepi8_epi32, _mm512_loadu_ps, _mm512_mul_ps,
+            _mm512_storeu_ps, _mm_loadu_si128,
+        };
+        let mut out = [0f32; 16];
+        // SAFETY: the caller vouches for AVX-512F; the loads read exactly `quants` and
+        // `scales`, the store writes exactly `out`, all unaligned.
+        unsafe {
+            let q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                quants.as_ptr() as *const __m128i
+            )));
+            _mm512_storeu_ps(
+                out.as_mut_ptr(),
+                _mm512_mul_ps(q, _mm512_loadu_ps(scales.as_ptr())),
+            );
+        }
+        out
+    }
 }
 
 /// Two F16C `vcvtph2ps` on 256-bit vectors.
@@ -88,6 +120,29 @@ impl Lanes for F16cLanes {
                 out.as_mut_ptr().add(8),
                 _mm256_cvtph_ps(_mm_loadu_si128(p.add(1))),
             );
+        }
+        out
+    }
+
+    #[inline(always)]
+    unsafe fn dequantize16(quants: &[i8; 16], scales: &[f32; 16]) -> [f32; 16] {
+        use std::arch::x86_64::{
+            __m128i, _mm256_cvtepi32_ps, _mm256_cvtepi8_epi32, _mm256_loadu_ps, _mm256_mul_ps,
+            _mm256_storeu_ps, _mm_loadl_epi64,
+        };
+        let mut out = [0f32; 16];
+        // SAFETY: the caller vouches for AVX2; the loads read 8 bytes of `quants` or 8 floats
+        // of `scales` at a time, inside them, and the stores write inside `out`.
+        unsafe {
+            for half in 0..2 {
+                let q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                    quants.as_ptr().add(8 * half) as *const __m128i,
+                )));
+                _mm256_storeu_ps(
+                    out.as_mut_ptr().add(8 * half),
+                    _mm256_mul_ps(q, _mm256_loadu_ps(scales.as_ptr().add(8 * half))),
+                );
+            }
         }
         out
     }

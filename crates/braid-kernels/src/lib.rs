@@ -41,6 +41,7 @@ pub mod int8_peak;
 mod kernel_ops;
 pub mod kernel_table;
 mod kv_pool;
+mod kv_widen;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod packed_weight;
@@ -57,7 +58,7 @@ pub use int4::{Int4Source, Int4Weight};
 pub use int5::{Int5Source, Int5Weight};
 pub use int8::{Int8Source, Int8Weight};
 pub use kernel_table::Kernel;
-pub use kv_pool::{f16_to_f32, KvPool, KvShape, BYTES_PER_ELEMENT};
+pub use kv_pool::{f16_to_f32, quantize_q8_0, KvBlock, KvDtype, KvPool, KvShape, Q8_GROUP};
 pub use packed_weight::{matmul, matmul_reference, matmul_with, PackedWeight};
 pub use quantized_rows::QuantizedRows;
 pub(crate) use selection::cpu_has;

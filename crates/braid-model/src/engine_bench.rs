@@ -8,7 +8,7 @@
 
 use crate::model::{BatchEntry, Workspace};
 use crate::LoadedModel;
-use braid_kernels::KvPool;
+use braid_kernels::{KvDtype, KvPool};
 use std::time::Instant;
 
 pub struct EngineBenchOptions {
@@ -18,6 +18,7 @@ pub struct EngineBenchOptions {
     pub context: usize,
     pub decode_steps: usize,
     pub repeats: usize,
+    pub kv_dtype: KvDtype,
 }
 
 impl Default for EngineBenchOptions {
@@ -28,6 +29,7 @@ impl Default for EngineBenchOptions {
             context: 128,
             decode_steps: 32,
             repeats: 3,
+            kv_dtype: KvDtype::F16,
         }
     }
 }
@@ -37,6 +39,8 @@ pub struct EngineBenchReport {
     pub kernel: &'static str,
     pub threads: usize,
     pub weight_bytes: usize,
+    /// How the KV cache stored keys and values (`--kv-cache-dtype`).
+    pub kv_cache_dtype: &'static str,
     /// The rate at the first prompt length (the headline figure; 512 tokens by default).
     pub prefill_tokens_per_sec: f64,
     /// The kernel's multiply-add instruction from registers on every thread (GOP/s).
@@ -71,17 +75,17 @@ pub struct PrefillPoint {
 fn prefill_rate(
     m: &LoadedModel,
     len: usize,
-    repeats: usize,
+    opts: &EngineBenchOptions,
     token: impl Fn(usize) -> u32,
     ws: &mut Workspace,
 ) -> crate::Result<f64> {
     let bs = 16;
     let prompt: Vec<u32> = (0..len).map(token).collect();
     let blocks = len.div_ceil(bs);
-    let mut kv = KvPool::new(m.config(), bs, blocks);
+    let mut kv = KvPool::with_dtype(m.config(), bs, blocks, opts.kv_dtype);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut rates = Vec::new();
-    for _ in 0..repeats.max(1) {
+    for _ in 0..opts.repeats.max(1) {
         let t = Instant::now();
         m.model.forward(
             &[BatchEntry {
@@ -136,24 +140,20 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
 
     let mut rates = Vec::new();
     for &len in &opts.prompt_tokens {
-        rates.push((len, prefill_rate(m, len, opts.repeats, token, &mut ws)?));
+        rates.push((len, prefill_rate(m, len, opts, token, &mut ws)?));
     }
 
     let mut decode = Vec::new();
     let mut output_layer = Vec::new();
     for &n in &opts.batch_sizes {
-        // The context is read once and its blocks shared by every sequence (as a prefix cache
-        // would); each sequence decodes into blocks of its own. Attention still reads the
-        // whole context per sequence, so the cost measured is that of N distinct contexts.
-        let shared = opts.context.div_ceil(bs);
-        let own = (opts.context + opts.decode_steps).div_ceil(bs) - opts.context / bs;
-        let mut kv = KvPool::new(cfg, bs, shared + own * n);
+        // The context is computed once and its blocks copied to every sequence: each has a
+        // cache of its own, as N distinct requests do. Shared blocks (a prefix cache's) would
+        // let a CPU with a large last-level cache (260 MB on a Xeon family 6 model 207) serve
+        // every sequence's reads from one cached copy, which distinct contexts never get.
+        let per_seq = (opts.context + opts.decode_steps).div_ceil(bs);
+        let mut kv = KvPool::with_dtype(cfg, bs, per_seq * n, opts.kv_dtype);
         let tables: Vec<Vec<u32>> = (0..n)
-            .map(|s| {
-                let mut t: Vec<u32> = (0..(opts.context / bs) as u32).collect();
-                t.extend((0..own as u32).map(|b| (shared + s * own) as u32 + b));
-                t
-            })
+            .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
             .collect();
         let ctx: Vec<u32> = (0..opts.context).map(token).collect();
         if !ctx.is_empty() {
@@ -170,22 +170,9 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                 &mut ws,
             )?;
         }
-        if !opts.context.is_multiple_of(bs) {
-            // A partly filled last context block is per sequence: fill it for the others too.
-            let tail = opts.context / bs * bs;
-            for tbl in &tables[1..] {
-                m.model.forward(
-                    &[BatchEntry {
-                        tokens: &ctx[tail..],
-                        start: tail,
-                        block_table: tbl,
-                        sample: false,
-                        all_logits: false,
-                        hidden: false,
-                    }],
-                    &mut kv,
-                    &mut ws,
-                )?;
+        for tbl in &tables[1..] {
+            for (&src, &dst) in tables[0].iter().zip(tbl).take(opts.context.div_ceil(bs)) {
+                kv.copy_block(src, dst);
             }
         }
         let toks: Vec<u32> = (0..n).map(token).collect();
@@ -228,6 +215,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         kernel: kernel.name(),
         threads: rayon::current_num_threads(),
         weight_bytes: m.model.weights.size_in_bytes(),
+        kv_cache_dtype: opts.kv_dtype.name(),
         prefill_tokens_per_sec: first,
         int8_peak_gops,
         prefill_fraction_of_peak: prefill.first().and_then(|p| p.fraction_of_peak),
@@ -241,10 +229,11 @@ impl std::fmt::Display for EngineBenchReport {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         writeln!(
             f,
-            "kernel {} · {} threads · {:.1} MB of packed weights",
+            "kernel {} · {} threads · {:.1} MB of packed weights · {} KV cache",
             self.kernel,
             self.threads,
-            self.weight_bytes as f64 / 1e6
+            self.weight_bytes as f64 / 1e6,
+            self.kv_cache_dtype
         )?;
         for p in &self.prefill {
             write!(

@@ -21,7 +21,7 @@ pub mod sampling;
 pub mod tiny_gguf;
 pub mod weights;
 
-pub use braid_kernels::KvPool;
+pub use braid_kernels::{KvDtype, KvPool};
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use model::{BatchEntry, Model, Workspace};

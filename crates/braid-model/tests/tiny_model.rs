@@ -2,7 +2,9 @@
 //! time; the forward is checked against candle-transformers' quantized llama as the reference.
 
 use braid_model::generate::{generate, GenerateOptions};
-use braid_model::{BatchEntry, KvPool, LoadedModel, ModelError, SamplingParams, Workspace};
+use braid_model::{
+    BatchEntry, KvDtype, KvPool, LoadedModel, ModelError, SamplingParams, Workspace,
+};
 use std::path::{Path, PathBuf};
 
 fn tiny(dir: &Path) -> PathBuf {
@@ -287,5 +289,8 @@ fn kv_budget_in_megabytes_sizes_the_pool() {
     let m = LoadedModel::load(&tiny(dir.path())).unwrap();
     // 2 layers × 2 KV heads × 16 dims × (K+V) × 2 bytes (half floats) = 256 bytes per token,
     // 4 KiB per block.
-    assert_eq!(KvPool::blocks_for_budget(m.config(), 16, 1), 256);
+    assert_eq!(
+        KvPool::blocks_for_budget(m.config(), 16, 1, KvDtype::F16),
+        256
+    );
 }

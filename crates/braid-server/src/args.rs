@@ -41,6 +41,28 @@ pub enum SpeculativeMode {
     Off,
 }
 
+/// How the KV cache stores keys and values (`--kv-cache-dtype`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvCacheDtype {
+    /// Half floats (vLLM's name for the model's own precision).
+    Auto,
+    /// Half floats.
+    F16,
+    /// int8 with a half-float scale per 32 values (llama.cpp's q8_0): half the memory and
+    /// reads of f16, so twice the tokens in --kv-cache-mb and faster decoding at long contexts.
+    #[value(name = "q8_0")]
+    Q8_0,
+}
+
+impl From<KvCacheDtype> for braid_model::KvDtype {
+    fn from(d: KvCacheDtype) -> Self {
+        match d {
+            KvCacheDtype::Auto | KvCacheDtype::F16 => Self::F16,
+            KvCacheDtype::Q8_0 => Self::Q8_0,
+        }
+    }
+}
+
 /// Where a chat answer's reasoning is found (`--reasoning-parser`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReasoningParser {
@@ -151,6 +173,11 @@ pub struct ServeArgs {
     /// Memory for the KV cache, in MiB; it bounds how many tokens all running sequences hold.
     #[arg(long, default_value_t = 1024)]
     pub kv_cache_mb: usize,
+
+    /// How the KV cache stores keys and values. q8_0 rounds them to 8 bits (text drifts from
+    /// f16's sooner, about as llama.cpp's --cache-type-k/v q8_0 does).
+    #[arg(long, value_enum, default_value_t = KvCacheDtype::Auto)]
+    pub kv_cache_dtype: KvCacheDtype,
 
     /// Tokens per KV cache block.
     #[arg(long, default_value_t = 16)]
@@ -373,6 +400,7 @@ impl ServeArgs {
             },
             // Loaded by the server once the model is (`server::lifecycle`).
             draft_model: None,
+            kv_cache_dtype: self.kv_cache_dtype.into(),
         }
     }
 

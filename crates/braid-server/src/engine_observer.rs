@@ -84,6 +84,7 @@ impl EngineObserver for MetricsObserver {
                 info.block_size.to_string().as_str(),
                 info.num_blocks.to_string().as_str(),
                 if info.prefix_caching { "True" } else { "False" },
+                info.kv_cache_dtype,
             ])
             .set(1);
     }
@@ -233,6 +234,7 @@ mod tests {
             num_blocks: 99,
             prefix_caching: true,
             itl_target: Some(Duration::from_millis(100)),
+            kv_cache_dtype: "q8_0",
         });
         let mut feed = o.subscribe_steps();
         o.step(&step(&[20, 30]));
@@ -267,7 +269,7 @@ mod tests {
             "braid_e2e_request_latency_seconds_count 1",
             "braid_request_generation_tokens_sum 2",
             "braid_request_success_total{finished_reason=\"stop\"} 1",
-            r#"braid_cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="99"} 1"#,
+            r#"braid_cache_config_info{block_size="16",cache_dtype="q8_0",enable_prefix_caching="True",num_gpu_blocks="99"} 1"#,
             "braid_spec_decode_num_drafts_total 2",
             "braid_spec_decode_num_draft_tokens_total 7",
             "braid_spec_decode_num_accepted_tokens_total 2",

@@ -160,9 +160,15 @@ impl Metrics {
                 "braid_cache_config_info",
                 "KV cache configuration as labels (value always 1): tokens per block, blocks \
                  in the pool (num_gpu_blocks, under vLLM's label name, though they are in RAM), \
-                 whether prefix caching is on.",
+                 whether prefix caching is on, and how keys and values are stored \
+                 (cache_dtype: f16 or q8_0).",
             ),
-            &["block_size", "num_gpu_blocks", "enable_prefix_caching"],
+            &[
+                "block_size",
+                "num_gpu_blocks",
+                "enable_prefix_caching",
+                "cache_dtype",
+            ],
         )
         .expect("gauge");
         registry

@@ -34,6 +34,7 @@ fn engine(prefix_caching: bool, kv_cache_mb: usize) -> Engine {
         pooling: None,
         speculation: Default::default(),
         draft_model: None,
+        kv_cache_dtype: Default::default(),
     };
     let metrics = Arc::new(Metrics::new());
     Engine {
@@ -119,7 +120,7 @@ async fn a_cached_prefix_gives_the_uncached_greedy_output() {
     assert!(text.contains("braid_prefix_cache_hits_total 592"), "{text}");
     // The tiny model's 256 B a token: 4 MiB hold 16,384 tokens, 1,024 blocks.
     assert!(
-        text.contains(r#"braid_cache_config_info{block_size="16",enable_prefix_caching="True",num_gpu_blocks="1024"} 1"#),
+        text.contains(r#"braid_cache_config_info{block_size="16",cache_dtype="f16",enable_prefix_caching="True",num_gpu_blocks="1024"} 1"#),
         "{text}"
     );
 }
