@@ -6,6 +6,11 @@ use braid_sched::SchedulerConfig;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The one KV block size attention handles: it scores a block's keys as one 16-lane vector per
+/// dimension. Larger blocks were accepted once and read only their first 16 keys, which garbled
+/// every answer.
+pub const ATTENTION_BLOCK: usize = 16;
+
 /// Engine settings, from `braid serve`'s flags.
 #[derive(Clone)]
 pub struct EngineConfig {
@@ -97,9 +102,10 @@ impl EngineConfig {
                 self.block_size
             );
         }
-        if !self.block_size.is_multiple_of(16) {
+        if self.block_size != ATTENTION_BLOCK {
             anyhow::bail!(
-                "--block-size {} must be a multiple of 16 (attention scores 16 cached keys at a time)",
+                "--block-size {} is not supported: attention reads KV blocks of exactly \
+                 {ATTENTION_BLOCK} tokens; leave it at {ATTENTION_BLOCK}, the default",
                 self.block_size
             );
         }

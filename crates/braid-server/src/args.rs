@@ -179,7 +179,8 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = KvCacheDtype::Auto)]
     pub kv_cache_dtype: KvCacheDtype,
 
-    /// Tokens per KV cache block.
+    /// Tokens per KV cache block; braid's attention takes 16 only (the flag is here for
+    /// vLLM's command lines, which pass 16).
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
 

@@ -1,6 +1,9 @@
-"""`--kv-cache-dtype q8_0`: keys and values rounded to 8 bits, as llama.cpp's `--cache-type-k/v
-q8_0` store them. It must stay as close to the exact model as the accuracy gate asks of braid
-(docs/ACCURACY.md), hold about twice the tokens of f16 in the same memory, and say what it is."""
+"""The KV cache's settings.
+
+`--kv-cache-dtype q8_0`: keys and values rounded to 8 bits, as llama.cpp's `--cache-type-k/v q8_0`
+store them. It must stay as close to the exact model as the accuracy gate asks of braid
+(docs/ACCURACY.md), hold about twice the tokens of f16 in the same memory, and say what it is.
+`--block-size`: only the size attention reads."""
 
 import json
 import re
@@ -72,3 +75,16 @@ def test_a_dtype_braid_does_not_store_is_refused_naming_the_choices():
     )
     assert out.returncode != 0
     assert "--kv-cache-dtype" in out.stderr and "q8_0" in out.stderr and "f16" in out.stderr, out.stderr
+
+
+def test_a_block_size_attention_cannot_read_is_refused_at_start():
+    """Blocks of 32 were once accepted and read only their first 16 keys, which garbled every
+    answer: now start-up stops, naming the flag and the size that works."""
+    out = subprocess.run(
+        [BIN, "serve", "--model", MODEL, "--block-size", "32"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "--block-size 32 is not supported" in out.stderr and "16" in out.stderr, out.stderr
