@@ -269,12 +269,7 @@ unsafe fn attend<L: Lanes, Q, O>(
             let nb = blocks_together(readers, L::ACCUMULATORS).min(prev_power_of_two(same));
             let run: [usize; MAX_RUN] = std::array::from_fn(|i| b + i.min(nb - 1));
             let keys = run.map(|c| pool.block(task.layer, task.block_table[c], task.kv_head).0);
-            let first = if b == blocks.start {
-                b
-            } else {
-                b + PREFETCH_AHEAD
-            };
-            for (keys, _) in (first..b + nb + PREFETCH_AHEAD).filter_map(block_at) {
+            for (keys, _) in to_prefetch(b, nb, blocks.start).filter_map(block_at) {
                 prefetch(keys);
             }
             assert!(
@@ -290,7 +285,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                 }
             }
             // Read in place, as half floats or as int8 times their widened scales (which
-            // `widened_scales` puts in `s.scales`, `[block][group]` of 16 slots each).
+            // `widened_key_scales` puts in `s.scales`, `[block][group]` of 16 slots each).
             let halves = keys.map(|k| match k {
                 KvBlock::F16(h) => h,
                 KvBlock::Q8_0 { .. } => &[],
@@ -412,12 +407,7 @@ unsafe fn attend<L: Lanes, Q, O>(
         }
         for b in blocks.clone() {
             let (_, values) = pool.block(task.layer, task.block_table[b], task.kv_head);
-            let first = if b == blocks.start {
-                b
-            } else {
-                b + PREFETCH_AHEAD
-            };
-            let ahead = (first..=b + PREFETCH_AHEAD).take_while(|&a| a < blocks.end);
+            let ahead = to_prefetch(b, 1, blocks.start).take_while(|&a| a < blocks.end);
             for (_, values) in ahead.filter_map(block_at) {
                 prefetch(values);
             }
@@ -522,6 +512,14 @@ unsafe fn attend<L: Lanes, Q, O>(
             }
         }
     }
+}
+
+/// The blocks to prefetch when a pass that started at block `start` computes blocks
+/// `b..b + n`: those [`PREFETCH_AHEAD`] further on, and at the pass's start also the ones
+/// before them, which no earlier step asked for.
+fn to_prefetch(b: usize, n: usize, start: usize) -> std::ops::Range<usize> {
+    let first = if b == start { b } else { b + PREFETCH_AHEAD };
+    first..b + n + PREFETCH_AHEAD
 }
 
 /// Asks the cache for `data` (a coming KV block's keys or values) while the current block is
