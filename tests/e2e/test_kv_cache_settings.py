@@ -64,27 +64,24 @@ def test_q8_0_holds_about_twice_the_tokens_and_says_so(make_server):
     assert 1.8 < tokens["q8_0"] / tokens["f16"] < 1.95, tokens
 
 
+def refusal(*flags: str) -> str:
+    """What `braid serve` says on stderr when `flags` stop its start-up (it must exit non-zero)."""
+    out = subprocess.run(
+        [BIN, "serve", "--model", MODEL, *flags], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode != 0, out.stdout
+    return out.stderr
+
+
 def test_a_dtype_braid_does_not_store_is_refused_naming_the_choices():
     """vLLM's `fp8` is not something braid can honour: start-up stops, naming the flag and the
     values it takes."""
-    out = subprocess.run(
-        [BIN, "serve", "--model", MODEL, "--kv-cache-dtype", "fp8"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode != 0
-    assert "--kv-cache-dtype" in out.stderr and "q8_0" in out.stderr and "f16" in out.stderr, out.stderr
+    err = refusal("--kv-cache-dtype", "fp8")
+    assert "--kv-cache-dtype" in err and "q8_0" in err and "f16" in err, err
 
 
 def test_a_block_size_attention_cannot_read_is_refused_at_start():
     """Blocks of 32 were once accepted and read only their first 16 keys, which garbled every
     answer: now start-up stops, naming the flag and the size that works."""
-    out = subprocess.run(
-        [BIN, "serve", "--model", MODEL, "--block-size", "32"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode != 0
-    assert "--block-size 32 is not supported" in out.stderr and "16" in out.stderr, out.stderr
+    err = refusal("--block-size", "32")
+    assert "--block-size 32 is not supported" in err and "16" in err, err
