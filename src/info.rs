@@ -26,6 +26,7 @@ pub fn collect(model: &Path, threads: usize) -> Value {
             "selected": k == active,
             // The features the kernel needs that this CPU lacks.
             "missing": k.required_features().iter().filter(|f| !features.contains(f)).collect::<Vec<_>>(),
+            "unsupported_reason": k.unsupported_reason(),
         })),
         "supported_kernels": Kernel::supported().iter().map(|k| k.name()).collect::<Vec<_>>(),
         // The embedding model's matrix products (bf16 × bf16, summed in f32).
@@ -111,7 +112,12 @@ pub fn render(info: &Value) -> String {
                 .as_array()
                 .map(|a| a.iter().map(s).collect())
                 .unwrap_or_default();
-            format!("no   (lacks {})", missing.join(" "))
+            if missing.is_empty() {
+                // The CPU has every feature and something else said no (AMX: the OS).
+                format!("no   ({})", s(&k["unsupported_reason"]))
+            } else {
+                format!("no   (lacks {})", missing.join(" "))
+            }
         };
         line(format!("  {:<11} supported: {note}", s(&k["name"])));
     }

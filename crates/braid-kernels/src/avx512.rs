@@ -85,6 +85,29 @@ pub(super) unsafe fn matmul_tiles<T: Block>(
     unsafe { for_each_panel(&panel, x, weights, tiles) }
 }
 
+/// [`matmul_tiles`] for the rows `rows` only, reading the packed blocks: the rows of a step
+/// that the AMX kernel's 16-row tiles leave over.
+///
+/// # Safety
+///
+/// As for [`matmul_tiles`], with `rows.end <= x.rows()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
+pub(super) unsafe fn matmul_rows<T: Block>(
+    x: &QuantizedRows,
+    weights: &[T],
+    n: usize,
+    tiles: std::ops::Range<usize>,
+    rows: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    let panel = Panels { x, out, n };
+    let kbs = x.k_blocks;
+    for t in tiles {
+        // SAFETY: our caller's promise; `weights` holds tile `t`'s `kbs` blocks.
+        unsafe { panel.tile(&weights[t * kbs..(t + 1) * kbs], rows.clone(), t) };
+    }
+}
+
 /// The output and shape [`panel_tile`] needs besides the blocks.
 struct Panels<'a> {
     x: &'a QuantizedRows,

@@ -127,9 +127,6 @@ impl Bf16Rows {
     }
 }
 
-/// Features beyond the kernel table's that a bf16 path uses, for `braid info`'s list.
-pub(crate) const EXTRA_FEATURES: &[&str] = &["avx512bf16"];
-
 /// How this process multiplies bf16: the instruction, or its FMAs on a kernel's float set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bf16Path {

@@ -92,6 +92,63 @@ pub(super) fn assert_avx_vnni_code_matches_reference(
     }
 }
 
+/// The AMX kernel's code on a model of the tile instructions writes the reference's bits, in
+/// one call over every tile and tile by tile. It checks the kernel's layouts and finishing on
+/// any CPU with AVX-512 VNNI; where the CPU has usable AMX,
+/// [`assert_every_kernel_matches_reference`] also runs the instructions themselves.
+pub(super) fn assert_amx_code_matches_reference(q: &QuantizedRows, w: &PackedWeight, label: &str) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if cfg!(miri) || !Kernel::Avx512Vnni.is_supported() {
+            eprintln!("skipped: this CPU has no AVX-512 VNNI, which the AMX kernel finishes with");
+            return;
+        }
+        match super::amx::usable() {
+            Ok(()) => eprintln!("AMX is usable here: the hardware runs in every_kernel_…"),
+            Err(why) => eprintln!("AMX hardware not checked here ({why}); the tile model is"),
+        }
+        let (m, n) = (q.m, w.n());
+        let mut slow = vec![0f32; m * n];
+        matmul_reference(q, w, &mut slow);
+        let n_tiles = n.div_ceil(TILE_N);
+        let mut fast = vec![f32::NAN; m * n];
+        amx_modelled(q, w, 0..n_tiles, &mut fast);
+        assert_eq!(bits(&fast), bits(&slow), "{label} {m}x{n}");
+        fast.fill(f32::NAN);
+        for t in 0..n_tiles {
+            amx_modelled(q, w, t..t + 1, &mut fast);
+        }
+        assert_eq!(bits(&fast), bits(&slow), "{label} {m}x{n}, tile by tile");
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (q, w, label);
+        eprintln!("skipped: not an x86 CPU");
+    }
+}
+
+/// The AMX kernel on the tile model over the tiles `tiles` of any format.
+#[cfg(target_arch = "x86_64")]
+fn amx_modelled(
+    q: &QuantizedRows,
+    w: &PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    use super::amx::model::matmul_tiles_modelled;
+    assert!(out.len() >= q.m * w.n() && tiles.end <= w.n().div_ceil(TILE_N));
+    let out = out.as_mut_ptr();
+    // SAFETY: the caller checked the CPU's features; `out` holds `m * n` floats and is
+    // borrowed mutably for the call.
+    unsafe {
+        match w {
+            PackedWeight::Int8(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
+            PackedWeight::Int4(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
+            PackedWeight::Int5(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
+        }
+    }
+}
+
 /// The EVEX-encoded AVX-VNNI kernel over the tiles `tiles` of any format.
 #[cfg(target_arch = "x86_64")]
 fn evex256(q: &QuantizedRows, w: &PackedWeight, tiles: std::ops::Range<usize>, out: &mut [f32]) {

@@ -145,8 +145,9 @@ impl crate::format_tile::FormatTile for Tile {
 mod tests {
     use super::*;
     use crate::format_checks::{
-        assert_avx_vnni_code_matches_reference, assert_every_kernel_matches_reference,
-        assert_rows_do_not_depend_on_batch, bits, quantized, random,
+        assert_amx_code_matches_reference, assert_avx_vnni_code_matches_reference,
+        assert_every_kernel_matches_reference, assert_rows_do_not_depend_on_batch, bits, quantized,
+        random,
     };
     use crate::{matmul_reference, matmul_with, Kernel, PackedWeight};
     use rand::{Rng, SeedableRng};
@@ -254,6 +255,16 @@ mod tests {
                 let (w, q) = inputs(m, n, k, source);
                 assert_every_kernel_matches_reference(&q, &w, &format!("{source:?} x{k}"));
             }
+        }
+    }
+
+    /// The AMX kernel's code on the tile model (and its instructions where the CPU has them,
+    /// in `every_kernel_…`), with full 16-row tiles, a partial one and both block parities.
+    #[test]
+    fn amx_kernel_code_is_bit_identical_on_the_tile_model() {
+        for &(m, n, k) in SHAPES.iter().chain(&[(70, 40, 96), (32, 24, 64)]) {
+            let (w, q) = inputs(m, n, k, Int5Source::Q5_0);
+            assert_amx_code_matches_reference(&q, &w, "Q5_0");
         }
     }
 

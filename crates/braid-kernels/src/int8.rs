@@ -197,8 +197,8 @@ impl crate::format_tile::FormatTile for Tile {
 mod tests {
     use super::*;
     use crate::format_checks::{
-        assert_avx_vnni_code_matches_reference, assert_every_kernel_matches_reference,
-        assert_rows_do_not_depend_on_batch, random,
+        assert_amx_code_matches_reference, assert_avx_vnni_code_matches_reference,
+        assert_every_kernel_matches_reference, assert_rows_do_not_depend_on_batch, random,
     };
     use crate::{matmul_reference, PackedWeight};
 
@@ -308,6 +308,16 @@ mod tests {
         for &(m, n, k) in SHAPES {
             let (_, _, packed, q) = inputs(m, n, k);
             assert_every_kernel_matches_reference(&q, &packed, "int8");
+        }
+    }
+
+    /// The AMX kernel's code on the tile model (and its instructions where the CPU has them,
+    /// in `every_kernel_…`), with full 16-row tiles, a partial one and both block parities.
+    #[test]
+    fn amx_kernel_code_is_bit_identical_on_the_tile_model() {
+        for &(m, n, k) in SHAPES.iter().chain(&[(70, 40, 96), (32, 24, 64)]) {
+            let (_, _, packed, q) = inputs(m, n, k);
+            assert_amx_code_matches_reference(&q, &packed, "int8");
         }
     }
 

@@ -3,9 +3,10 @@
 //! Prefill multiplies every weight by every prompt row, so it is bound by arithmetic, and how
 //! far it is from the peak says how much a better kernel could still gain. The peak is the
 //! kernel's own multiply-add instruction run from registers on every compute thread at once
-//! (no memory, no dependency stalls: twelve independent accumulators per thread):
-//! `vpdpbusd` on 512 or 256 bits for the VNNI kernels, `vpmaddubsw` + `vpaddw` for AVX2 (the
-//! 4-bit path's inner pair), `sdot` for NEON. One multiply-add counts as two operations.
+//! (no memory, no dependency stalls: twelve independent accumulators per thread, four tiles
+//! for AMX): `tdpbssd` on full tiles for AMX, `vpdpbusd` on 512 or 256 bits for the VNNI
+//! kernels, `vpmaddubsw` + `vpaddw` for AVX2 (the 4-bit path's inner pair), `sdot` for NEON.
+//! One multiply-add counts as two operations.
 
 use crate::peak_loops::CHAINS;
 use crate::Kernel;

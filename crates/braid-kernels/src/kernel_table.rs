@@ -52,6 +52,11 @@ macro_rules! kernel_table {
 }
 
 kernel_table! {
+    /// AMX int8 tile multiplies for prompt rows (16 at a time), AVX-512 VNNI for the rest:
+    /// Intel Sapphire Rapids and later Xeons, where Linux lends the process the tile state.
+    Amx = "amx" [
+        "amx-tile", "amx-int8", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx2", "fma", "f16c"
+    ] ops_on!("x86_64", crate::amx::OPS);
     /// AVX-512 F/BW/VL with VNNI (`vpdpbusd` on 512-bit vectors): Intel Ice Lake and later
     /// servers, AMD Zen 4 and Zen 5.
     Avx512Vnni = "avx512vnni" ["avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx2", "fma", "f16c"]
@@ -119,7 +124,9 @@ impl Kernel {
                 if cfg!(miri) {
                     return k == Kernel::Portable;
                 }
-                k.row().ops.is_some() && k.required_features().iter().all(|f| crate::cpu_has(f))
+                k.row().ops.is_some()
+                    && k.required_features().iter().all(|f| crate::cpu_has(f))
+                    && k.ready().is_ok()
             })
         })[self as usize]
     }

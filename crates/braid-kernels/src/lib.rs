@@ -10,10 +10,10 @@
 //! A weight format is a file that packs tiles of 16 output rows × 32 K values and holds the
 //! portable reference: int8 blocks ([`int8`], any GGUF type requantized), 4-bit blocks
 //! ([`int4`], Q4_0, Q4_1 and Q4_K) and 5-bit blocks ([`int5`], Q5_0, Q5_1 and Q5_K: the 4-bit
-//! tile plus a plane of fifth bits). An instruction set is a file (`avx512.rs`, `avx2.rs`,
-//! `neon.rs`) with one weight-stationary loop over tiles and rows (its panels laid out by
-//! `panels.rs`), and one block function per format that says how a tile of that format meets
-//! the rows. Float loops that the compiler vectorizes (attention, the softmax's exponential,
+//! tile plus a plane of fifth bits). An instruction set is a file (`amx.rs`, `avx512.rs`,
+//! `avx2.rs`, `neon.rs`) with one weight-stationary loop over tiles and rows (its panels laid
+//! out by `panels.rs`), and one block function per format that says how a tile of that format
+//! meets the rows. Float loops that the compiler vectorizes (attention, the softmax's exponential,
 //! the model's row loops) are written once, generic over [`Lanes`], and compiled per
 //! instruction set by one `#[target_feature]` entry point each ([`FloatIsa`]).
 //!
@@ -22,6 +22,8 @@
 //! operations on every path, with fused multiply-adds where the source says `mul_add`. The
 //! tests compare each path the CPU has to the portable one bit for bit.
 
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 pub mod attention;
 mod attention_tiles;
 #[cfg(target_arch = "x86_64")]

@@ -12,10 +12,9 @@ pub enum KernelError {
     #[error("BRAID_KERNEL={0:?} is not a kernel braid has; choose one of {names}", names = Kernel::names())]
     Unknown(String),
     #[error(
-        "the {kernel} kernel needs {needs}, which this CPU does not have; \
-         kernels this CPU can run: {supported}",
+        "the {kernel} kernel cannot run here: {why}; kernels this CPU can run: {supported}",
         kernel = .0.name(),
-        needs = .0.required_features().join(", "),
+        why = .0.unsupported_reason().unwrap_or_default(),
         supported = supported_names()
     )]
     Unsupported(Kernel),
@@ -39,6 +38,38 @@ impl Kernel {
             .into_iter()
             .filter(|k| k.is_supported())
             .collect()
+    }
+
+    /// Why this machine cannot run the kernel, or `None` if it can: the features the CPU
+    /// lacks, or for AMX on a CPU that has it, what else stopped it (the OS, the check at
+    /// start).
+    pub fn unsupported_reason(self) -> Option<String> {
+        if self.is_supported() {
+            return None;
+        }
+        if let Err(why) = self.ready() {
+            return Some(why.to_string());
+        }
+        let lacking: Vec<&str> = self
+            .required_features()
+            .iter()
+            .copied()
+            .filter(|f| !cpu_has(f))
+            .collect();
+        Some(format!(
+            "it needs {}, which this CPU does not have",
+            lacking.join(", ")
+        ))
+    }
+
+    /// What a kernel needs beyond the CPU's features, checked only where the CPU has them:
+    /// for AMX, the tile state from the OS and a check against the reference.
+    pub(crate) fn ready(self) -> Result<(), &'static str> {
+        #[cfg(target_arch = "x86_64")]
+        if self == Kernel::Amx && self.required_features().iter().all(|f| cpu_has(f)) {
+            return crate::amx::usable();
+        }
+        Ok(())
     }
 
     /// The fastest kernel this CPU can run.
@@ -69,6 +100,7 @@ pub(crate) fn cpu_has(name: &str) -> bool {
             "avx2" => is_x86_feature_detected!("avx2"),
             "fma" => is_x86_feature_detected!("fma"),
             "f16c" => is_x86_feature_detected!("f16c"),
+            "amx-tile" | "amx-int8" => crate::amx::cpu_reports_amx(),
             _ => false,
         }
     }
@@ -88,12 +120,16 @@ pub(crate) fn cpu_has(name: &str) -> bool {
     }
 }
 
+/// Features beyond the kernel table's that a path uses: the embedding model's bf16 products
+/// (`bf16.rs`).
+const EXTRA_FEATURES: &[&str] = &["avx512bf16"];
+
 /// The vector features of this CPU that any kernel could use, for `braid info`.
 pub fn cpu_features() -> Vec<&'static str> {
     let mut all: Vec<&'static str> = Kernel::ALL
         .iter()
         .flat_map(|k| k.required_features().iter().copied())
-        .chain(crate::bf16::EXTRA_FEATURES.iter().copied())
+        .chain(EXTRA_FEATURES.iter().copied())
         .filter(|f| cpu_has(f))
         .collect();
     all.sort_unstable();

@@ -45,6 +45,9 @@ pub struct EngineBenchReport {
     pub prefill_tokens_per_sec: f64,
     /// The kernel's multiply-add instruction from registers on every thread (GOP/s).
     pub int8_peak_gops: Option<f64>,
+    /// With the AMX kernel, the AVX-512 VNNI instruction's peak beside the tiles' (its steps of
+    /// few rows and its finishing run on those vectors); `None` otherwise.
+    pub vector_int8_peak_gops: Option<f64>,
     /// Prefill's integer operations per second (two per multiply-add of the layers) over
     /// `int8_peak_gops`, at the first prompt length.
     pub prefill_fraction_of_peak: Option<f64>,
@@ -200,6 +203,11 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
     }
     let kernel = braid_kernels::active();
     let int8_peak_gops = braid_kernels::int8_peak::int8_peak_gops(kernel, 20_000_000);
+    let vector_int8_peak_gops = (kernel == braid_kernels::Kernel::Amx)
+        .then(|| {
+            braid_kernels::int8_peak::int8_peak_gops(braid_kernels::Kernel::Avx512Vnni, 20_000_000)
+        })
+        .flatten();
     let layer_ops = 2.0 * m.model.weights.layer_multiply_adds() as f64;
     let first = rates.first().map_or(0.0, |&(_, rate)| rate);
     let prefill: Vec<PrefillPoint> = rates
@@ -218,6 +226,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         kv_cache_dtype: opts.kv_dtype.name(),
         prefill_tokens_per_sec: first,
         int8_peak_gops,
+        vector_int8_peak_gops,
         prefill_fraction_of_peak: prefill.first().and_then(|p| p.fraction_of_peak),
         prefill,
         decode,
@@ -254,11 +263,15 @@ impl std::fmt::Display for EngineBenchReport {
             writeln!(f)?;
         }
         if let Some(peak) = self.int8_peak_gops {
-            writeln!(
+            write!(
                 f,
                 "int8 peak {peak:.0} GOP/s ({} multiply-adds from registers, every thread)",
                 self.kernel
             )?;
+            if let Some(vector) = self.vector_int8_peak_gops {
+                write!(f, "; avx512vnni {vector:.0} GOP/s")?;
+            }
+            writeln!(f)?;
         }
         for ((n, rate, step), (_, output)) in self.decode.iter().zip(&self.output_layer) {
             writeln!(

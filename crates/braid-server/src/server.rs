@@ -176,6 +176,11 @@ fn log_kernel(threads: usize) {
         "the fastest this CPU supports"
     };
     let features = braid_kernels::cpu_features();
+    if features.contains(&"amx-int8") {
+        if let Some(why) = braid_kernels::Kernel::Amx.unsupported_reason() {
+            tracing::warn!("this CPU has AMX, but the amx kernel cannot run: {why}");
+        }
+    }
     let features = if features.is_empty() {
         "none".to_string()
     } else {
