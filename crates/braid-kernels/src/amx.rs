@@ -173,7 +173,13 @@ impl TileUnit for Tiles {
                     c1 = in(reg) c.add(1),
                     s = in(reg) stride,
                     w = in(reg) row_bytes,
-                    options(nostack),
+                    out("tmm0") _,
+                    out("tmm1") _,
+                    out("tmm2") _,
+                    out("tmm3") _,
+                    out("tmm4") _,
+                    out("tmm5") _,
+                    options(nostack, preserves_flags),
                 );
             } else {
                 asm!(
@@ -187,7 +193,10 @@ impl TileUnit for Tiles {
                     c0 = in(reg) c,
                     s = in(reg) stride,
                     w = in(reg) row_bytes,
-                    options(nostack),
+                    out("tmm0") _,
+                    out("tmm2") _,
+                    out("tmm4") _,
+                    options(nostack, preserves_flags),
                 );
             }
         }
@@ -296,12 +305,12 @@ pub(crate) unsafe fn matmul_tiles_on<U: TileUnit, T: SignedBlock>(
         unsafe { U::configure() };
         for t in tiles.clone() {
             signed.clear();
-            // SAFETY: AVX-512 is present (our caller's promise).
-            signed.extend(
-                weights[t * kbs..(t + 1) * kbs]
-                    .iter()
-                    .map(|b| unsafe { b.signed() }),
-            );
+            // A loop, not a closure: a closure would not inherit the caller's features, and
+            // every intrinsic in it would become a call.
+            for block in &weights[t * kbs..(t + 1) * kbs] {
+                // SAFETY: AVX-512 is present (our caller's promise).
+                signed.push(unsafe { block.signed() });
+            }
             for row0 in (0..full).step_by(ROWS) {
                 // SAFETY: `row0 + 16 <= m`, `signed` is tile `t`'s `kbs` blocks; the rest is
                 // our caller's.
@@ -441,6 +450,12 @@ unsafe fn peak_loop(iters: usize) -> i32 {
             "tilerelease",
             cfg = in(reg) PEAK_CONFIG.0.as_ptr(),
             n = inout(reg) iters => _,
+            out("tmm0") _,
+            out("tmm1") _,
+            out("tmm2") _,
+            out("tmm3") _,
+            out("tmm4") _,
+            out("tmm5") _,
             options(nostack),
         );
     }
@@ -476,7 +491,9 @@ pub fn usable() -> Result<(), &'static str> {
 
 /// CPUID leaf 7: AMX-TILE (EDX bit 24) and AMX-INT8 (bit 25).
 pub fn cpu_reports_amx() -> bool {
-    // CPUID leaf 7 exists on every x86-64 CPU that runs this binary (x86-64-v2).
+    if __get_cpuid_max(0).0 < 7 {
+        return false;
+    }
     let edx = __cpuid_count(7, 0).edx;
     edx & (1 << 24) != 0 && edx & (1 << 25) != 0
 }
@@ -503,13 +520,19 @@ fn request_tile_state() -> Result<(), &'static str> {
                 options(nostack),
             );
         }
-        if ret == 0 {
-            Ok(())
-        } else {
-            Err(
-                "Linux refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM): \
-                 a kernel before 5.16, or a VM without AMX",
-            )
+        match -ret {
+            0 => Ok(()),
+            // EINVAL, or ENOSYS before arch_prctl knew the request.
+            22 | 38 => Err(
+                "Linux does not lend the tile state (arch_prctl ARCH_REQ_XCOMP_PERM): \
+                            a kernel before 5.16, or a VM without AMX",
+            ),
+            // ENOSPC: a thread's signal stack is too small for the tile state.
+            28 => Err(
+                "Linux refused the tile state: a thread's alternate signal stack is too \
+                       small for it (arch_prctl ARCH_REQ_XCOMP_PERM gave ENOSPC)",
+            ),
+            _ => Err("Linux refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM failed)"),
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -518,9 +541,26 @@ fn request_tile_state() -> Result<(), &'static str> {
     }
 }
 
-/// The kernel against the reference on every format, at a size with full panels, a partial
-/// one and an odd number of blocks.
+/// The kernel against the reference, as [`agrees_with_reference`] runs it.
 fn self_check() -> bool {
+    agrees_with_reference(|q, w, out| {
+        let tiles = 0..w.n().div_ceil(TILE_N);
+        // SAFETY: the CPU has the features and the process the tile state (checked by our
+        // caller); `out` holds the product's floats (`agrees_with_reference`'s promise).
+        unsafe {
+            match w {
+                crate::PackedWeight::Int8(w) => (OPS.int8)(q, &w.tiles, w.n, tiles, out),
+                crate::PackedWeight::Int4(w) => (OPS.int4)(q, &w.tiles, w.n, tiles, out),
+                crate::PackedWeight::Int5(w) => (OPS.int5)(q, &w.tiles, w.n, tiles, out),
+            }
+        }
+    })
+}
+
+/// Whether `kernel(q, w, out)`, which writes the product `q × w` to `out` (valid for all of
+/// it), gives the reference's bits on every format (int8, Q4_1 and Q5_0 weights), at a size
+/// with full 16-row panels, a partial one and an odd number of blocks.
+fn agrees_with_reference(kernel: impl Fn(&QuantizedRows, &crate::PackedWeight, *mut f32)) -> bool {
     let (m, n, k) = (37, 40, 96);
     let x: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7919) % 255) as f32 / 127.0 - 1.0)
@@ -542,8 +582,26 @@ fn self_check() -> bool {
                 .chain(nibbles)
         })
         .collect();
+    // Q5_0 blocks: a scale, 32 fifth bits, 16 bytes of nibbles.
+    let q5_0: Vec<u8> = (0..n * k / BLOCK)
+        .flat_map(|b| {
+            let d = half::f16::from_f32(0.02 - b as f32 * 1e-4);
+            let bits = (0..20).map(move |i| ((b * 57 + i * 29) % 256) as u8);
+            d.to_le_bytes().into_iter().chain(bits)
+        })
+        .collect();
+    // Row by row: `quantize` spreads many rows over rayon's threads, and this runs while the
+    // kernel table is decided, which a rayon task could be waiting on.
     let mut q = QuantizedRows::default();
-    q.quantize(&x, m, k);
+    for row in x.chunks_exact(k) {
+        let mut one = QuantizedRows::default();
+        one.quantize(row, 1, k);
+        q.qs.extend(one.qs);
+        q.scales.extend(one.scales);
+        q.corrections.extend(one.corrections);
+        q.sums.extend(one.sums);
+    }
+    (q.m, q.k_blocks) = (m, k / BLOCK);
     let weights = [
         crate::PackedWeight::Int8(crate::Int8Weight::from_f32(&w, n, k)),
         crate::PackedWeight::Int4(crate::Int4Weight::from_gguf(
@@ -552,21 +610,18 @@ fn self_check() -> bool {
             n,
             k,
         )),
+        crate::PackedWeight::Int5(crate::Int5Weight::from_gguf(
+            crate::int5::Int5Source::Q5_0,
+            &q5_0,
+            n,
+            k,
+        )),
     ];
     weights.iter().all(|w| {
         let mut want = vec![0f32; m * n];
         crate::matmul_reference(&q, w, &mut want);
         let mut got = vec![f32::NAN; m * n];
-        let (tiles, out) = (0..n.div_ceil(TILE_N), got.as_mut_ptr());
-        // SAFETY: the CPU has the features and the process the tile state (checked by our
-        // caller); `got` holds `m * n` floats.
-        unsafe {
-            match w {
-                crate::PackedWeight::Int8(w) => (OPS.int8)(&q, &w.tiles, n, tiles, out),
-                crate::PackedWeight::Int4(w) => (OPS.int4)(&q, &w.tiles, n, tiles, out),
-                crate::PackedWeight::Int5(w) => (OPS.int5)(&q, &w.tiles, n, tiles, out),
-            }
-        }
+        kernel(&q, w, got.as_mut_ptr());
         got.iter()
             .zip(&want)
             .all(|(g, w)| g.to_bits() == w.to_bits())
@@ -632,5 +687,56 @@ pub(crate) mod model {
     ) {
         // SAFETY: our caller's promise; the model needs no tile state.
         unsafe { matmul_tiles_on::<TileModel, T>(x, weights, n, tiles, out) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model::matmul_tiles_modelled;
+    use super::*;
+    use crate::{Kernel, PackedWeight};
+
+    fn modelled(q: &QuantizedRows, w: &PackedWeight, out: *mut f32) {
+        let tiles = 0..w.n().div_ceil(TILE_N);
+        // SAFETY: the test checked the CPU's features; `out` holds the product.
+        unsafe {
+            match w {
+                PackedWeight::Int8(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
+                PackedWeight::Int4(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
+                PackedWeight::Int5(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
+            }
+        }
+    }
+
+    #[test]
+    fn the_check_at_start_passes_the_kernel_and_fails_a_wrong_one() {
+        if !Kernel::Avx512Vnni.is_supported() {
+            eprintln!("skipped: this CPU has no AVX-512 VNNI, which the AMX kernel finishes with");
+            return;
+        }
+        assert!(agrees_with_reference(modelled));
+        // One row's output off by one bit is enough to refuse the kernel.
+        assert!(!agrees_with_reference(|q, w, out| {
+            modelled(q, w, out);
+            // SAFETY: `out` holds the product, at least one float.
+            unsafe { *out = f32::from_bits((*out).to_bits() ^ 1) };
+        }));
+    }
+
+    #[test]
+    fn the_reason_names_what_is_missing() {
+        match usable() {
+            Ok(()) => eprintln!("AMX is usable on this machine"),
+            Err(why) => {
+                assert!(why.contains("AMX") || why.contains("tile"), "{why}");
+                let reason = Kernel::Amx
+                    .unsupported_reason()
+                    .expect("amx is unsupported here");
+                assert!(
+                    reason.contains("amx-tile") || reason == why,
+                    "{reason} against {why}"
+                );
+            }
+        }
     }
 }
