@@ -138,11 +138,12 @@ pub enum Bf16Path {
 }
 
 impl Bf16Path {
-    /// The path for the kernel in force: the instruction where the AVX-512 kernel runs and the
-    /// CPU has it, so that `BRAID_KERNEL=avx2` also keeps bf16 products off AVX-512.
+    /// The path for the kernel in force: the instruction where an AVX-512 kernel runs (AMX's
+    /// included) and the CPU has it, so that `BRAID_KERNEL=avx2` also keeps bf16 products off
+    /// AVX-512.
     pub fn for_kernel(kernel: Kernel) -> Self {
         #[cfg(target_arch = "x86_64")]
-        if kernel == Kernel::Avx512Vnni && crate::cpu_has("avx512bf16") {
+        if matches!(kernel, Kernel::Avx512Vnni | Kernel::Amx) && crate::cpu_has("avx512bf16") {
             return Bf16Path::Avx512Bf16;
         }
         Bf16Path::Fma(kernel)
