@@ -38,9 +38,9 @@ use std::sync::OnceLock;
 
 /// The kernel table's row for AMX.
 pub(crate) static OPS: KernelOps = KernelOps {
-    int8: matmul_tiles::<int8::Tile>,
-    int4: matmul_tiles::<int4::Tile>,
-    int5: matmul_tiles::<int5::Tile>,
+    int8: matmul_tiles::<Tiles, int8::Tile>,
+    int4: matmul_tiles::<Tiles, int4::Tile>,
+    int5: matmul_tiles::<Tiles, int5::Tile>,
     floats: FloatIsa::Avx512,
     peak: Some(PeakOp {
         macs: 16 * 16 * 64,
@@ -262,34 +262,16 @@ impl SignedBlock for int5::Tile {
     }
 }
 
-/// The AMX kernel for the tiles `tiles` of a weight `n` outputs wide whose tiles are
-/// `weights` (`[n_tiles][k_blocks]`): writes exactly what the format's `reference_tiles`
-/// writes, with the same values.
+/// The AMX kernel on the tile unit `U` for the tiles `tiles` of a weight `n` outputs wide
+/// whose tiles are `weights` (`[n_tiles][k_blocks]`): writes exactly what the format's
+/// `reference_tiles` writes, with the same values.
 ///
 /// # Safety
 ///
-/// The process has the tile state and the CPU AVX-512 F/BW/VNNI and F16C ([`usable`]). `out`
-/// as for the VNNI kernel.
+/// The CPU has AVX-512 F/BW/VNNI and F16C, and for the hardware unit the process has the tile
+/// state ([`usable`]). `out` as for the VNNI kernel.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-unsafe fn matmul_tiles<T: SignedBlock>(
-    x: &QuantizedRows,
-    weights: &[T],
-    n: usize,
-    tiles: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    // SAFETY: our caller's promise.
-    unsafe { matmul_tiles_on::<Tiles, T>(x, weights, n, tiles, out) }
-}
-
-/// [`matmul_tiles`] on the tile unit `U`.
-///
-/// # Safety
-///
-/// As for [`matmul_tiles`], with `U`'s requirements; called from a function with those
-/// features, into which it is inlined.
-#[inline(always)]
-pub(crate) unsafe fn matmul_tiles_on<U: TileUnit, T: SignedBlock>(
+unsafe fn matmul_tiles<U: TileUnit, T: SignedBlock>(
     x: &QuantizedRows,
     weights: &[T],
     n: usize,
@@ -541,19 +523,33 @@ fn request_tile_state() -> Result<(), &'static str> {
     }
 }
 
+/// `q × w` over the weight's tiles `tiles` on the tile unit `U`, for any format.
+///
+/// # Safety
+///
+/// As for [`matmul_tiles`]; `out` valid for writes of the whole product.
+pub(crate) unsafe fn product<U: TileUnit>(
+    q: &QuantizedRows,
+    w: &crate::PackedWeight,
+    tiles: std::ops::Range<usize>,
+    out: *mut f32,
+) {
+    // SAFETY: our caller's promise.
+    unsafe {
+        match w {
+            crate::PackedWeight::Int8(w) => matmul_tiles::<U, _>(q, &w.tiles, w.n, tiles, out),
+            crate::PackedWeight::Int4(w) => matmul_tiles::<U, _>(q, &w.tiles, w.n, tiles, out),
+            crate::PackedWeight::Int5(w) => matmul_tiles::<U, _>(q, &w.tiles, w.n, tiles, out),
+        }
+    }
+}
+
 /// The kernel against the reference, as [`agrees_with_reference`] runs it.
 fn self_check() -> bool {
     agrees_with_reference(|q, w, out| {
-        let tiles = 0..w.n().div_ceil(TILE_N);
         // SAFETY: the CPU has the features and the process the tile state (checked by our
         // caller); `out` holds the product's floats (`agrees_with_reference`'s promise).
-        unsafe {
-            match w {
-                crate::PackedWeight::Int8(w) => (OPS.int8)(q, &w.tiles, w.n, tiles, out),
-                crate::PackedWeight::Int4(w) => (OPS.int4)(q, &w.tiles, w.n, tiles, out),
-                crate::PackedWeight::Int5(w) => (OPS.int5)(q, &w.tiles, w.n, tiles, out),
-            }
-        }
+        unsafe { product::<Tiles>(q, w, 0..w.n().div_ceil(TILE_N), out) }
     })
 }
 
@@ -632,8 +628,8 @@ fn agrees_with_reference(kernel: impl Fn(&QuantizedRows, &crate::PackedWeight, *
 /// computes on a CPU without AMX, through the same layouts and finishing.
 #[cfg(test)]
 pub(crate) mod model {
-    use super::{matmul_tiles_on, SignedBlock, Sums, TileUnit, ROWS, TILE_N};
-    use crate::{QuantizedRows, BLOCK};
+    use super::{Sums, TileUnit, ROWS, TILE_N};
+    use crate::BLOCK;
 
     pub(crate) struct TileModel;
 
@@ -671,41 +667,17 @@ pub(crate) mod model {
             }
         }
     }
-
-    /// The kernel's code on the tile model, over `tiles`.
-    ///
-    /// # Safety
-    ///
-    /// The CPU has AVX-512 F/BW/VNNI and F16C; `out` as for [`super::matmul_tiles`].
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-    pub(crate) unsafe fn matmul_tiles_modelled<T: SignedBlock>(
-        x: &QuantizedRows,
-        weights: &[T],
-        n: usize,
-        tiles: std::ops::Range<usize>,
-        out: *mut f32,
-    ) {
-        // SAFETY: our caller's promise; the model needs no tile state.
-        unsafe { matmul_tiles_on::<TileModel, T>(x, weights, n, tiles, out) }
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::model::matmul_tiles_modelled;
+    use super::model::TileModel;
     use super::*;
     use crate::{Kernel, PackedWeight};
 
     fn modelled(q: &QuantizedRows, w: &PackedWeight, out: *mut f32) {
-        let tiles = 0..w.n().div_ceil(TILE_N);
         // SAFETY: the test checked the CPU's features; `out` holds the product.
-        unsafe {
-            match w {
-                PackedWeight::Int8(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
-                PackedWeight::Int4(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
-                PackedWeight::Int5(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
-            }
-        }
+        unsafe { product::<TileModel>(q, w, 0..w.n().div_ceil(TILE_N), out) }
     }
 
     #[test]

@@ -135,18 +135,11 @@ fn amx_modelled(
     tiles: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    use super::amx::model::matmul_tiles_modelled;
+    use super::amx::{model::TileModel, product};
     assert!(out.len() >= q.m * w.n() && tiles.end <= w.n().div_ceil(TILE_N));
-    let out = out.as_mut_ptr();
     // SAFETY: the caller checked the CPU's features; `out` holds `m * n` floats and is
     // borrowed mutably for the call.
-    unsafe {
-        match w {
-            PackedWeight::Int8(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
-            PackedWeight::Int4(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
-            PackedWeight::Int5(w) => matmul_tiles_modelled(q, &w.tiles, w.n, tiles, out),
-        }
-    }
+    unsafe { product::<TileModel>(q, w, tiles, out.as_mut_ptr()) }
 }
 
 /// The EVEX-encoded AVX-VNNI kernel over the tiles `tiles` of any format.
