@@ -30,6 +30,7 @@
 use super::int4::Unpacked;
 use super::{int4, int5, int8, QuantizedRows, BLOCK, TILE_N};
 use crate::avx512::{self, Block};
+use crate::format_tile::FormatTile;
 use crate::kernel_ops::{KernelOps, PeakOp};
 use crate::FloatIsa;
 use std::arch::asm;
@@ -271,7 +272,7 @@ impl SignedBlock for int5::Tile {
 /// The CPU has AVX-512 F/BW/VNNI and F16C, and for the hardware unit the process has the tile
 /// state ([`usable`]). `out` as for the VNNI kernel.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,f16c")]
-unsafe fn matmul_tiles<U: TileUnit, T: SignedBlock>(
+pub(crate) unsafe fn matmul_tiles<U: TileUnit, T: SignedBlock>(
     x: &QuantizedRows,
     weights: &[T],
     n: usize,
@@ -523,40 +524,20 @@ fn request_tile_state() -> Result<(), &'static str> {
     }
 }
 
-/// `q × w` over the weight's tiles `tiles` on the tile unit `U`, for any format.
+/// The kernel against the reference, as [`agrees_with_reference`] runs it.
+fn self_check() -> bool {
+    // SAFETY: the CPU has the features and the process the tile state (checked by our caller).
+    unsafe { agrees_with_reference::<Tiles>() }
+}
+
+/// Whether the kernel on the tile unit `U` gives the reference's bits on every format (int8,
+/// Q4_1 and Q5_0 weights), at a size with full 16-row panels, a partial one and an odd number
+/// of blocks.
 ///
 /// # Safety
 ///
-/// As for [`matmul_tiles`]; `out` valid for writes of the whole product.
-pub(crate) unsafe fn product<U: TileUnit>(
-    q: &QuantizedRows,
-    w: &crate::PackedWeight,
-    tiles: std::ops::Range<usize>,
-    out: *mut f32,
-) {
-    // SAFETY: our caller's promise.
-    unsafe {
-        match w {
-            crate::PackedWeight::Int8(w) => matmul_tiles::<U, _>(q, &w.tiles, w.n, tiles, out),
-            crate::PackedWeight::Int4(w) => matmul_tiles::<U, _>(q, &w.tiles, w.n, tiles, out),
-            crate::PackedWeight::Int5(w) => matmul_tiles::<U, _>(q, &w.tiles, w.n, tiles, out),
-        }
-    }
-}
-
-/// The kernel against the reference, as [`agrees_with_reference`] runs it.
-fn self_check() -> bool {
-    agrees_with_reference(|q, w, out| {
-        // SAFETY: the CPU has the features and the process the tile state (checked by our
-        // caller); `out` holds the product's floats (`agrees_with_reference`'s promise).
-        unsafe { product::<Tiles>(q, w, 0..w.n().div_ceil(TILE_N), out) }
-    })
-}
-
-/// Whether `kernel(q, w, out)`, which writes the product `q × w` to `out` (valid for all of
-/// it), gives the reference's bits on every format (int8, Q4_1 and Q5_0 weights), at a size
-/// with full 16-row panels, a partial one and an odd number of blocks.
-fn agrees_with_reference(kernel: impl Fn(&QuantizedRows, &crate::PackedWeight, *mut f32)) -> bool {
+/// As for [`matmul_tiles`].
+unsafe fn agrees_with_reference<U: TileUnit>() -> bool {
     let (m, n, k) = (37, 40, 96);
     let x: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7919) % 255) as f32 / 127.0 - 1.0)
@@ -598,30 +579,39 @@ fn agrees_with_reference(kernel: impl Fn(&QuantizedRows, &crate::PackedWeight, *
         q.sums.extend(one.sums);
     }
     (q.m, q.k_blocks) = (m, k / BLOCK);
-    let weights = [
-        crate::PackedWeight::Int8(crate::Int8Weight::from_f32(&w, n, k)),
-        crate::PackedWeight::Int4(crate::Int4Weight::from_gguf(
-            crate::int4::Int4Source::Q4_1,
-            &q4_1,
-            n,
-            k,
-        )),
-        crate::PackedWeight::Int5(crate::Int5Weight::from_gguf(
-            crate::int5::Int5Source::Q5_0,
-            &q5_0,
-            n,
-            k,
-        )),
-    ];
-    weights.iter().all(|w| {
-        let mut want = vec![0f32; m * n];
-        crate::matmul_reference(&q, w, &mut want);
-        let mut got = vec![f32::NAN; m * n];
-        kernel(&q, w, got.as_mut_ptr());
-        got.iter()
-            .zip(&want)
-            .all(|(g, w)| g.to_bits() == w.to_bits())
-    })
+    let int8 = crate::Int8Weight::from_f32(&w, n, k);
+    let int4 = crate::Int4Weight::from_gguf(crate::int4::Int4Source::Q4_1, &q4_1, n, k);
+    let int5 = crate::Int5Weight::from_gguf(crate::int5::Int5Source::Q5_0, &q5_0, n, k);
+    // SAFETY: our caller's promise.
+    unsafe {
+        same_as_reference::<U, _>(&q, &int8.tiles, n)
+            && same_as_reference::<U, _>(&q, &int4.tiles, n)
+            && same_as_reference::<U, _>(&q, &int5.tiles, n)
+    }
+}
+
+/// Whether the kernel on `U` writes the reference's bits for `q` times the weight of `n`
+/// outputs whose tiles are `tiles`.
+///
+/// # Safety
+///
+/// As for [`matmul_tiles`].
+unsafe fn same_as_reference<U: TileUnit, T: SignedBlock + FormatTile>(
+    q: &QuantizedRows,
+    tiles: &[T],
+    n: usize,
+) -> bool {
+    let (m, n_tiles) = (q.m, n.div_ceil(TILE_N));
+    let mut want = vec![0f32; m * n];
+    let mut got = vec![f32::NAN; m * n];
+    // SAFETY: both outputs hold the `m × n` product; the rest is our caller's promise.
+    unsafe {
+        T::reference_tiles(q, tiles, n, 0..n_tiles, want.as_mut_ptr());
+        matmul_tiles::<U, T>(q, tiles, n, 0..n_tiles, got.as_mut_ptr());
+    }
+    got.iter()
+        .zip(&want)
+        .all(|(g, w)| g.to_bits() == w.to_bits())
 }
 
 /// The tile instructions' documented semantics in plain Rust, for the tests: what the kernel
@@ -673,11 +663,26 @@ pub(crate) mod model {
 mod tests {
     use super::model::TileModel;
     use super::*;
-    use crate::{Kernel, PackedWeight};
+    use crate::Kernel;
 
-    fn modelled(q: &QuantizedRows, w: &PackedWeight, out: *mut f32) {
-        // SAFETY: the test checked the CPU's features; `out` holds the product.
-        unsafe { product::<TileModel>(q, w, 0..w.n().div_ceil(TILE_N), out) }
+    /// The model with one product off by one: a tile unit the check must refuse.
+    struct OffByOne;
+
+    impl TileUnit for OffByOne {
+        unsafe fn configure() {}
+
+        unsafe fn release() {}
+
+        unsafe fn products<const N: usize>(
+            a: [*const i8; 2],
+            stride: usize,
+            b: [*const u8; 2],
+            sums: &mut Sums,
+        ) {
+            // SAFETY: our caller's promise, passed on.
+            unsafe { TileModel::products::<N>(a, stride, b, sums) };
+            sums.0[0][3][5] += 1;
+        }
     }
 
     #[test]
@@ -686,13 +691,11 @@ mod tests {
             eprintln!("skipped: this CPU has no AVX-512 VNNI, which the AMX kernel finishes with");
             return;
         }
-        assert!(agrees_with_reference(modelled));
-        // One row's output off by one bit is enough to refuse the kernel.
-        assert!(!agrees_with_reference(|q, w, out| {
-            modelled(q, w, out);
-            // SAFETY: `out` holds the product, at least one float.
-            unsafe { *out = f32::from_bits((*out).to_bits() ^ 1) };
-        }));
+        // SAFETY: the CPU has the features (checked above); the model needs no tile state.
+        unsafe {
+            assert!(agrees_with_reference::<TileModel>());
+            assert!(!agrees_with_reference::<OffByOne>());
+        }
     }
 
     #[test]

@@ -135,11 +135,18 @@ fn amx_modelled(
     tiles: std::ops::Range<usize>,
     out: &mut [f32],
 ) {
-    use super::amx::{model::TileModel, product};
+    use super::amx::{matmul_tiles, model::TileModel};
     assert!(out.len() >= q.m * w.n() && tiles.end <= w.n().div_ceil(TILE_N));
+    let out = out.as_mut_ptr();
     // SAFETY: the caller checked the CPU's features; `out` holds `m * n` floats and is
     // borrowed mutably for the call.
-    unsafe { product::<TileModel>(q, w, tiles, out.as_mut_ptr()) }
+    unsafe {
+        match w {
+            PackedWeight::Int8(w) => matmul_tiles::<TileModel, _>(q, &w.tiles, w.n, tiles, out),
+            PackedWeight::Int4(w) => matmul_tiles::<TileModel, _>(q, &w.tiles, w.n, tiles, out),
+            PackedWeight::Int5(w) => matmul_tiles::<TileModel, _>(q, &w.tiles, w.n, tiles, out),
+        }
+    }
 }
 
 /// The EVEX-encoded AVX-VNNI kernel over the tiles `tiles` of any format.
