@@ -14,7 +14,7 @@
 
 use braid_kernels::attention::exp_approx;
 use braid_kernels::bf16::{matmul_bf16, Bf16Rows, Bf16Weight};
-use braid_kernels::parallel_rows::for_rows_baseline;
+use braid_kernels::parallel_rows::for_rows;
 use braid_kernels::{FloatLoops, Lanes, SendPtr};
 use candle_core::Tensor;
 use candle_transformers::models::bert::{Config, HiddenAct};
@@ -214,7 +214,7 @@ impl BertEncoder {
         layer.intermediate.apply(&s.rounded, &mut s.ffn);
         let ffn = layer.intermediate.bias.len();
         let kernel = braid_kernels::active();
-        for_rows_baseline(&mut s.ffn, ffn, |_, row| {
+        for_rows(&mut s.ffn, ffn, |_, row| {
             kernel.run_float_loops(GeluRow(row))
         });
         s.rounded.round(&s.ffn, rows, ffn);
@@ -329,7 +329,7 @@ impl Linear {
         let n = self.weight.n();
         out.resize(x.rows() * n, 0.0);
         matmul_bf16(x, &self.weight, out);
-        for_rows_baseline(out, n, |_, row| {
+        for_rows(out, n, |_, row| {
             for (o, b) in row.iter_mut().zip(&self.bias) {
                 *o += b;
             }
@@ -342,7 +342,7 @@ impl LayerNorm {
     /// `residual` if there is one, as candle-nn's `LayerNorm` does: the mean, then the mean
     /// square of the differences, in f32.
     fn apply(&self, x: &mut [f32], residual: Option<&[f32]>, dim: usize, eps: f32) {
-        for_rows_baseline(x, dim, |r, row| {
+        for_rows(x, dim, |r, row| {
             if let Some(residual) = residual {
                 for (v, y) in row.iter_mut().zip(&residual[r * dim..]) {
                     *v += y;

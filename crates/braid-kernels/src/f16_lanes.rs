@@ -35,14 +35,6 @@ pub trait Lanes {
     unsafe fn dequantize16(quants: &[i8; 16], scales: &[f32; 16]) -> [f32; 16] {
         std::array::from_fn(|i| quants[i] as f32 * scales[i])
     }
-
-    /// Runs `loops` through this set's entry point: for code that already runs with `L` but
-    /// reaches a closure or another thread, which do not inherit the caller's features.
-    ///
-    /// # Safety
-    ///
-    /// As for [`Lanes::widen16`].
-    unsafe fn enter<F: FloatLoops>(loops: F) -> F::Output;
 }
 
 /// Lane by lane with integer steps ([`f16_to_f32`]), which the compiler vectorizes for any
@@ -55,12 +47,6 @@ impl Lanes for PortableLanes {
     #[inline(always)]
     unsafe fn widen16(bits: &[u16; 16]) -> [f32; 16] {
         bits.map(f16_to_f32)
-    }
-
-    #[inline(always)]
-    unsafe fn enter<F: FloatLoops>(loops: F) -> F::Output {
-        // SAFETY: the baseline needs no features.
-        unsafe { loops.run::<PortableLanes>() }
     }
 }
 
@@ -109,12 +95,6 @@ impl Lanes for Avx512Lanes {
             );
         }
         out
-    }
-
-    #[inline(always)]
-    unsafe fn enter<F: FloatLoops>(loops: F) -> F::Output {
-        // SAFETY: our caller vouches for the features.
-        unsafe { enter_avx512(loops) }
     }
 }
 
@@ -165,12 +145,6 @@ impl Lanes for F16cLanes {
             }
         }
         out
-    }
-
-    #[inline(always)]
-    unsafe fn enter<F: FloatLoops>(loops: F) -> F::Output {
-        // SAFETY: our caller vouches for the features.
-        unsafe { enter_avx2(loops) }
     }
 }
 

@@ -193,11 +193,8 @@ impl Model {
         })
     }
 
-    /// # Safety
-    ///
-    /// The CPU has `L`'s features (the step runs inside `L`'s entry point).
     #[inline(always)]
-    unsafe fn forward_steps<'w, L: kernels::Lanes>(
+    fn forward_steps<'w>(
         &self,
         batch: &[BatchEntry],
         kv: &mut KvPool,
@@ -230,8 +227,7 @@ impl Model {
         }
 
         for (li, layer) in self.weights.layers.iter().enumerate() {
-            // SAFETY: our caller vouches for `L`'s features.
-            unsafe { rms_norm_rows::<L>(&ws.x, &layer.attn_norm, c.rms_eps, &mut ws.h) };
+            rms_norm_rows(&ws.x, &layer.attn_norm, c.rms_eps, &mut ws.h);
             ws.quant.quantize(&ws.h, t, h);
             matmul(&ws.quant, &layer.qkv, &mut ws.qkv);
 
@@ -240,23 +236,20 @@ impl Model {
                 (Some(_), Some(local)) => local,
                 _ => &self.rope,
             };
-            // SAFETY: our caller vouches for `L`'s features.
-            unsafe {
-                for_rows::<L>(&mut ws.qkv, qkv_w, |row, r| {
-                    let pos = ws.positions[row];
-                    if let Some(bias) = &layer.qkv_bias {
-                        add_in_place(r, bias);
-                    }
-                    let (q, rest) = r.split_at_mut(q_w);
-                    let (k, _) = rest.split_at_mut(kv_w);
-                    if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                        rms_norm_in_place(q, qn, c.rms_eps);
-                        rms_norm_in_place(k, kn, c.rms_eps);
-                    }
-                    rope.apply(q, pos);
-                    rope.apply(k, pos);
-                })
-            };
+            for_rows(&mut ws.qkv, qkv_w, |row, r| {
+                let pos = ws.positions[row];
+                if let Some(bias) = &layer.qkv_bias {
+                    add_in_place(r, bias);
+                }
+                let (q, rest) = r.split_at_mut(q_w);
+                let (k, _) = rest.split_at_mut(kv_w);
+                if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                    rms_norm_in_place(q, qn, c.rms_eps);
+                    rms_norm_in_place(k, kn, c.rms_eps);
+                }
+                rope.apply(q, pos);
+                rope.apply(k, pos);
+            });
             let mut row = 0;
             for e in batch {
                 for i in 0..e.tokens.len() {
@@ -271,52 +264,42 @@ impl Model {
 
             ws.quant.quantize(&ws.attn, t, q_w);
             matmul(&ws.quant, &layer.attn_out, &mut ws.proj);
-            // SAFETY: our caller vouches for `L`'s features.
-            unsafe {
-                add_residual::<L>(
-                    &mut ws.x,
-                    &mut ws.proj,
-                    h,
-                    layer.post_attn_norm.as_deref(),
-                    c.rms_eps,
-                )
-            };
+            add_residual(
+                &mut ws.x,
+                &mut ws.proj,
+                h,
+                layer.post_attn_norm.as_deref(),
+                c.rms_eps,
+            );
 
-            // SAFETY: our caller vouches for `L`'s features.
-            unsafe { rms_norm_rows::<L>(&ws.x, &layer.ffn_norm, c.rms_eps, &mut ws.h) };
+            rms_norm_rows(&ws.x, &layer.ffn_norm, c.rms_eps, &mut ws.h);
             ws.quant.quantize(&ws.h, t, h);
             matmul(&ws.quant, &layer.gate_up, &mut ws.gate_up);
             let gate_up = &ws.gate_up;
-            // SAFETY: our caller vouches for `L`'s features.
-            unsafe {
-                for_rows::<L>(&mut ws.act, f, |r, act| {
-                    let (gate, up) = gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
-                    match c.activation {
-                        Activation::Silu => {
-                            for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                                *a = g / (1.0 + (-g).exp()) * u;
-                            }
-                        }
-                        Activation::GeluTanh => {
-                            for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                                *a = gelu_tanh(*g) * u;
-                            }
+            for_rows(&mut ws.act, f, |r, act| {
+                let (gate, up) = gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
+                match c.activation {
+                    Activation::Silu => {
+                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                            *a = g / (1.0 + (-g).exp()) * u;
                         }
                     }
-                })
-            };
+                    Activation::GeluTanh => {
+                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                            *a = gelu_tanh(*g) * u;
+                        }
+                    }
+                }
+            });
             ws.quant.quantize(&ws.act, t, f);
             matmul(&ws.quant, &layer.down, &mut ws.proj);
-            // SAFETY: our caller vouches for `L`'s features.
-            unsafe {
-                add_residual::<L>(
-                    &mut ws.x,
-                    &mut ws.proj,
-                    h,
-                    layer.post_ffn_norm.as_deref(),
-                    c.rms_eps,
-                )
-            };
+            add_residual(
+                &mut ws.x,
+                &mut ws.proj,
+                h,
+                layer.post_ffn_norm.as_deref(),
+                c.rms_eps,
+            );
         }
 
         let mut wanted_rows = Vec::new();
@@ -337,15 +320,12 @@ impl Model {
                 ws.last[i * h..(i + 1) * h].copy_from_slice(&ws.x[r * h..(r + 1) * h]);
             }
             ws.hidden.resize(n * h, 0.0);
-            // SAFETY: our caller vouches for `L`'s features.
-            unsafe {
-                rms_norm_rows::<L>(
-                    &ws.last,
-                    &self.weights.output_norm,
-                    c.rms_eps,
-                    &mut ws.hidden,
-                )
-            };
+            rms_norm_rows(
+                &ws.last,
+                &self.weights.output_norm,
+                c.rms_eps,
+                &mut ws.hidden,
+            );
         }
         let s = wanted_rows.len();
         ws.last.resize(s * h, 0.0);
@@ -353,8 +333,7 @@ impl Model {
             ws.last[i * h..(i + 1) * h].copy_from_slice(&ws.x[r * h..(r + 1) * h]);
         }
         ws.h.resize(s * h, 0.0);
-        // SAFETY: our caller vouches for `L`'s features.
-        unsafe { rms_norm_rows::<L>(&ws.last, &self.weights.output_norm, c.rms_eps, &mut ws.h) };
+        rms_norm_rows(&ws.last, &self.weights.output_norm, c.rms_eps, &mut ws.h);
         ws.logits.resize(s * c.vocab_size, 0.0);
         ws.quant.quantize(&ws.h, s, h);
         matmul(&ws.quant, self.weights.output(), &mut ws.logits);
@@ -516,28 +495,21 @@ impl<'w> kernels::FloatLoops for ForwardSteps<'_, 'w> {
 
     #[inline(always)]
     unsafe fn run<L: kernels::Lanes>(self) -> Self::Output {
-        // SAFETY: our caller vouches for `L`'s features.
-        unsafe { self.model.forward_steps::<L>(self.batch, self.kv, self.ws) }
+        self.model.forward_steps(self.batch, self.kv, self.ws)
     }
 }
 
-/// # Safety
-///
-/// The CPU has `L`'s features.
 #[inline(always)]
-unsafe fn rms_norm_rows<L: kernels::Lanes>(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let h = weight.len();
-    // SAFETY: our caller vouches for `L`'s features.
-    unsafe {
-        for_rows::<L>(&mut out[..x.len()], h, |r, or| {
-            let xr = &x[r * h..(r + 1) * h];
-            let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
-            let inv = 1.0 / (ms + eps).sqrt();
-            for ((o, v), w) in or.iter_mut().zip(xr).zip(weight) {
-                *o = v * inv * w;
-            }
-        })
-    };
+    for_rows(&mut out[..x.len()], h, |r, or| {
+        let xr = &x[r * h..(r + 1) * h];
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, v), w) in or.iter_mut().zip(xr).zip(weight) {
+            *o = v * inv * w;
+        }
+    });
 }
 
 /// Normalizes each `weight.len()`-wide piece of `x` (every head of a row) in place.
@@ -555,29 +527,15 @@ fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
 
 /// `x += y`, with `y` first normalized row by row when the family norms its sublayers'
 /// outputs (Gemma 3).
-///
-/// # Safety
-///
-/// The CPU has `L`'s features.
 #[inline(always)]
-unsafe fn add_residual<L: kernels::Lanes>(
-    x: &mut [f32],
-    y: &mut [f32],
-    width: usize,
-    post_norm: Option<&[f32]>,
-    eps: f32,
-) {
+fn add_residual(x: &mut [f32], y: &mut [f32], width: usize, post_norm: Option<&[f32]>, eps: f32) {
     if let Some(w) = post_norm {
-        // SAFETY: our caller vouches for `L`'s features.
-        unsafe { for_rows::<L>(y, width, |_, yr| rms_norm_in_place(yr, w, eps)) };
+        for_rows(y, width, |_, yr| rms_norm_in_place(yr, w, eps));
     }
     let y = &*y;
-    // SAFETY: as above.
-    unsafe {
-        for_rows::<L>(x, width, |r, xr| {
-            add_in_place(xr, &y[r * width..(r + 1) * width])
-        })
-    };
+    for_rows(x, width, |r, xr| {
+        add_in_place(xr, &y[r * width..(r + 1) * width])
+    });
 }
 
 /// GELU with the tanh approximation, written as `x · sigmoid(2u)`, which equals
