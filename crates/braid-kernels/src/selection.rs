@@ -12,7 +12,7 @@ pub enum KernelError {
     #[error("BRAID_KERNEL={0:?} is not a kernel braid has; choose one of {names}", names = Kernel::names())]
     Unknown(String),
     #[error(
-        "the {kernel} kernel cannot run here: {why}; kernels this CPU can run: {supported}",
+        "the {kernel} kernel {why}; kernels this CPU can run: {supported}",
         kernel = .0.name(),
         why = .0.unsupported_reason().unwrap_or_default(),
         supported = supported_names()
@@ -40,15 +40,15 @@ impl Kernel {
             .collect()
     }
 
-    /// Why this machine cannot run the kernel, or `None` if it can: the features the CPU
-    /// lacks, or for AMX on a CPU that has it, what else stopped it (the OS, the check at
-    /// start).
+    /// Why this machine cannot run the kernel, as the rest of "the NAME kernel …", or `None`
+    /// if it can: "needs" the features the CPU lacks, or for AMX on a CPU that has it, what
+    /// else stopped it (the OS, the check at start).
     pub fn unsupported_reason(self) -> Option<String> {
         if self.is_supported() {
             return None;
         }
         if let Err(why) = self.ready() {
-            return Some(why.to_string());
+            return Some(format!("cannot run here: {why}"));
         }
         let lacking: Vec<&str> = self
             .required_features()
@@ -57,7 +57,7 @@ impl Kernel {
             .filter(|f| !cpu_has(f))
             .collect();
         Some(format!(
-            "it needs {}, which this CPU does not have",
+            "needs {}, which this CPU does not have",
             lacking.join(", ")
         ))
     }

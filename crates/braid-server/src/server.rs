@@ -178,7 +178,7 @@ fn log_kernel(threads: usize) {
     let features = braid_kernels::cpu_features();
     if features.contains(&"amx-int8") {
         if let Some(why) = braid_kernels::Kernel::Amx.unsupported_reason() {
-            tracing::warn!("this CPU has AMX, but the amx kernel cannot run: {why}");
+            tracing::warn!("this CPU has AMX, but the amx kernel {why}");
         }
     }
     let features = if features.is_empty() {
