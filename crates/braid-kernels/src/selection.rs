@@ -47,26 +47,31 @@ impl Kernel {
         if self.is_supported() {
             return None;
         }
-        if let Err(why) = self.ready() {
-            return Some(format!("cannot run here: {why}"));
-        }
         let lacking: Vec<&str> = self
             .required_features()
             .iter()
             .copied()
             .filter(|f| !cpu_has(f))
             .collect();
+        if lacking.is_empty() {
+            // The CPU has every feature, so something beyond them said no.
+            let why = self
+                .ready()
+                .err()
+                .unwrap_or("this build does not run it here");
+            return Some(format!("cannot run here: {why}"));
+        }
         Some(format!(
             "needs {}, which this CPU does not have",
             lacking.join(", ")
         ))
     }
 
-    /// What a kernel needs beyond the CPU's features, checked only where the CPU has them:
-    /// for AMX, the tile state from the OS and a check against the reference.
+    /// What a kernel needs beyond the CPU's features (asked only where the CPU has them): for
+    /// AMX, the tile state from the OS and a check against the reference.
     pub(crate) fn ready(self) -> Result<(), &'static str> {
         #[cfg(target_arch = "x86_64")]
-        if self == Kernel::Amx && self.required_features().iter().all(|f| cpu_has(f)) {
+        if self == Kernel::Amx {
             return crate::amx::usable();
         }
         Ok(())
