@@ -5,10 +5,11 @@
 //! `n` rows does `n(n+1)/2` query-key pairs, each `4 · head_dim` operations: the scores and the
 //! weighted values) beside this CPU's f32 multiply-add peak, measured by the same run.
 //! With `--decode`, the lengths are contexts, and it times one layer of a lone decoding row
-//! (`--grouped`: in tasks of a KV head's three query heads, as a batch has them).
+//! (`--grouped`: in tasks of a KV head's three query heads, as a batch has them). `--q8_0`
+//! stores the cache as `--kv-cache-dtype q8_0` does.
 
 use braid_kernels::attention::{attend_group, parts_for, GroupTask, Scratch, ROW_TILE};
-use braid_kernels::{Kernel, KvPool, KvShape, SendPtr};
+use braid_kernels::{Kernel, KvDtype, KvPool, KvShape, SendPtr};
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -30,6 +31,11 @@ fn main() {
     };
     let decode = std::env::args().any(|a| a == "--decode");
     let grouped = std::env::args().any(|a| a == "--grouped");
+    let dtype = if std::env::args().any(|a| a == "--q8_0") {
+        KvDtype::Q8_0
+    } else {
+        KvDtype::F16
+    };
     let threads = rayon::current_num_threads();
     let peak = f32_peak_gflops();
     println!(
@@ -42,12 +48,12 @@ fn main() {
     if decode {
         println!("{:>7} {:>10}", "context", "µs/layer");
         for n in lengths {
-            println!("{n:>7} {:>10.2}", decode_us(kernel, n, grouped));
+            println!("{n:>7} {:>10.2}", decode_us(kernel, n, grouped, dtype));
         }
         return;
     }
     for n in lengths {
-        let ms = layer_ms(kernel, n);
+        let ms = layer_ms(kernel, n, dtype);
         let pairs = (n * (n + 1) / 2) as f64;
         let gflops = pairs * (4 * D * HEADS) as f64 / (ms / 1e3) / 1e9;
         println!(
@@ -59,14 +65,14 @@ fn main() {
 
 /// A one-layer pool holding `n` positions of random keys and values, its block table, and
 /// random queries for every position.
-fn filled_pool(n: usize) -> (KvPool, Vec<u32>, Vec<f32>) {
+fn filled_pool(n: usize, dtype: KvDtype) -> (KvPool, Vec<u32>, Vec<f32>) {
     let shape = KvShape {
         num_layers: 1,
         num_kv_heads: KV_HEADS,
         head_dim: D,
     };
     let blocks = n.div_ceil(BLOCK);
-    let mut pool = KvPool::new(shape, BLOCK, blocks);
+    let mut pool = KvPool::with_dtype(shape, BLOCK, blocks, dtype);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut x = 0x2545_f491_u32;
     let mut next = move || {
@@ -87,8 +93,8 @@ fn filled_pool(n: usize) -> (KvPool, Vec<u32>, Vec<f32>) {
 /// Median microseconds of one layer's attention for a lone sequence decoding its row at
 /// position `n - 1`, in the tasks the model gives it at a short context: one per query head,
 /// or with `grouped` one per KV head (as a batch of sequences has them).
-fn decode_us(kernel: Kernel, n: usize, grouped: bool) -> f64 {
-    let (pool, table, q) = filled_pool(n);
+fn decode_us(kernel: Kernel, n: usize, grouped: bool, dtype: KvDtype) -> f64 {
+    let (pool, table, q) = filled_pool(n, dtype);
     let mut out = vec![0f32; HEADS * D];
     let g = HEADS / KV_HEADS;
     let group = if grouped { g } else { 1 };
@@ -133,8 +139,8 @@ fn decode_us(kernel: Kernel, n: usize, grouped: bool) -> f64 {
 }
 
 /// Median milliseconds of one layer's attention over an `n`-token prompt.
-fn layer_ms(kernel: Kernel, n: usize) -> f64 {
-    let (pool, table, q) = filled_pool(n);
+fn layer_ms(kernel: Kernel, n: usize, dtype: KvDtype) -> f64 {
+    let (pool, table, q) = filled_pool(n, dtype);
     let mut out = vec![0f32; n * HEADS * D];
     let g = HEADS / KV_HEADS;
     let mut tasks = Vec::new();

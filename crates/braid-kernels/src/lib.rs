@@ -44,6 +44,7 @@ mod kernel_ops;
 pub mod kernel_table;
 mod kv_pool;
 mod kv_widen;
+pub mod memory_peak;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod packed_weight;

@@ -55,6 +55,15 @@ pub struct EngineBenchReport {
     pub prefill: Vec<PrefillPoint>,
     /// (sequences, aggregate tokens/s, step time median ms)
     pub decode: Vec<(usize, f64, f64)>,
+    /// This machine's memory read rate (GB/s, every thread), measured by the same run: at a
+    /// long context decode reads every sequence's KV cache each step, and cannot go faster
+    /// than the memory delivers it.
+    pub memory_read_gbps: f64,
+    /// (sequences, GB/s): the bytes of KV cache a median step reads (every sequence's whole
+    /// context, every layer) over its time. The whole step's time, so this is a lower bound of
+    /// attention's own rate; beside `memory_read_gbps` it says how close decode is to what the
+    /// memory allows.
+    pub decode_kv_read_gbps: Vec<(usize, f64)>,
     /// (sequences, median ms of the output layer alone for that many rows): the largest matrix
     /// of a small model with a big vocabulary (Gemma 3's 262k tokens), which a step runs only
     /// for the rows it samples.
@@ -147,7 +156,11 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
     }
 
     let mut decode = Vec::new();
+    let mut decode_kv_read_gbps = Vec::new();
     let mut output_layer = Vec::new();
+    // Keys and values of one cached token, every layer and KV head, as the pool stores them.
+    let kv_bytes_per_token =
+        2 * cfg.num_layers * cfg.num_kv_heads * opts.kv_dtype.bytes(cfg.head_dim);
     for &n in &opts.batch_sizes {
         // The context is computed once and its blocks copied to every sequence: each has a
         // cache of its own, as N distinct requests do. Shared blocks (a prefix cache's) would
@@ -198,7 +211,12 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
             steps.push(dt * 1e3);
         }
         let wall = t0.elapsed().as_secs_f64();
-        decode.push(((n), (n * opts.decode_steps) as f64 / wall, median(steps)));
+        let step_ms = median(steps);
+        decode.push((n, (n * opts.decode_steps) as f64 / wall, step_ms));
+        // The median step sits halfway through the steps' growing contexts.
+        let context = opts.context + opts.decode_steps / 2;
+        let bytes = (n * context * kv_bytes_per_token) as f64;
+        decode_kv_read_gbps.push((n, bytes / (step_ms / 1e3) / 1e9));
         output_layer.push((n, output_layer_ms(m, n, opts.decode_steps)));
     }
     let kernel = braid_kernels::active();
@@ -208,6 +226,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
             braid_kernels::int8_peak::int8_peak_gops(braid_kernels::Kernel::Avx512Vnni, 20_000_000)
         })
         .flatten();
+    let memory_read_gbps = braid_kernels::memory_peak::memory_read_gbps(3);
     let layer_ops = 2.0 * m.model.weights.layer_multiply_adds() as f64;
     let first = rates.first().map_or(0.0, |&(_, rate)| rate);
     let prefill: Vec<PrefillPoint> = rates
@@ -230,6 +249,8 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         prefill_fraction_of_peak: prefill.first().and_then(|p| p.fraction_of_peak),
         prefill,
         decode,
+        memory_read_gbps,
+        decode_kv_read_gbps,
         output_layer,
     })
 }
@@ -273,12 +294,19 @@ impl std::fmt::Display for EngineBenchReport {
             }
             writeln!(f)?;
         }
-        for ((n, rate, step), (_, output)) in self.decode.iter().zip(&self.output_layer) {
+        writeln!(
+            f,
+            "memory read {:.1} GB/s (every thread)",
+            self.memory_read_gbps
+        )?;
+        let decode = self.decode.iter().zip(&self.output_layer);
+        for (((n, rate, step), (_, output)), (_, kv)) in decode.zip(&self.decode_kv_read_gbps) {
             writeln!(
                 f,
                 "decode {n:>2} sequences          {rate:8.1} tokens/s   step p50 {step:6.2} ms   \
-                 output layer {output:5.2} ms ({:.0}%)",
-                100.0 * output / step
+                 output layer {output:5.2} ms ({:.0}%)   KV read {kv:5.1} GB/s ({:.0}% of memory)",
+                100.0 * output / step,
+                100.0 * kv / self.memory_read_gbps
             )?;
         }
         Ok(())
