@@ -157,6 +157,14 @@ def test_oha_sixteen_connections_for_twenty_seconds_without_errors(server):
     assert not report.get("errorDistribution"), report["errorDistribution"]
 
 
+def test_ready_only_once_the_cost_model_is_calibrated(server):
+    # A request sent when /health first says ok must not wait behind the start-up calibration:
+    # the "ready" line, like /health's 200, comes after it.
+    log = server.log_all()
+    calibrated, ready = log.find("cost model calibrated"), log.find("ready in")
+    assert 0 <= calibrated < ready, log[-3000:]
+
+
 def test_curl_streams_sse(server):
     out = subprocess.run(
         ["curl", "-sN", server.url + "/v1/completions", "-H", "content-type: application/json", "-d", json.dumps({"prompt": "The moon is", "max_tokens": 5, "stream": True, "ignore_eos": True})],

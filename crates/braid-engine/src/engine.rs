@@ -122,6 +122,7 @@ pub fn spawn_engine(
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 // After calibrating, which ends with a fresh scheduler.
                 engine.calibrate();
+                engine.shared.calibrated.store(true, Ordering::Release);
                 engine.start_cache_events();
                 engine.run(rx);
             }));

@@ -61,6 +61,9 @@ pub(crate) struct EngineShared {
     pub kv_usage_ppm: AtomicU64,
     pub draining: AtomicBool,
     pub alive: AtomicBool,
+    /// Set once the engine has timed its calibration steps and fitted the cost model: until
+    /// then it runs no request.
+    pub calibrated: AtomicBool,
     pub next_id: AtomicU64,
     pub step: StepWatch,
 }
@@ -101,6 +104,7 @@ impl EngineHandle {
             kv_usage_ppm: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             alive: AtomicBool::new(true),
+            calibrated: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             step: StepWatch::new(),
         });
@@ -238,6 +242,15 @@ impl EngineHandle {
 
     pub fn is_alive(&self) -> bool {
         self.shared.alive.load(Ordering::Acquire)
+    }
+
+    /// Returns once the engine has calibrated its cost model (a second or two after it starts),
+    /// or has stopped. A request sent before then waits in the queue for the calibration, so a
+    /// server is ready only after it.
+    pub async fn until_calibrated(&self) {
+        while !self.shared.calibrated.load(Ordering::Acquire) && self.is_alive() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// How long the engine's current step has run; `None` between steps.

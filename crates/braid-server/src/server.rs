@@ -367,6 +367,9 @@ async fn lifecycle(
         e.context("cannot start the engine")
     })?;
     let engine = ready.engine.clone();
+    // Until the engine has calibrated, a request would only wait behind it: /health says
+    // "loading" and requests get 503 with Retry-After, as while the model loads.
+    engine.until_calibrated().await;
     state.set_ready(ready);
     tracing::info!(
         "ready in {:.1}s: serving `{}` ({described}) on http://{addr}",
