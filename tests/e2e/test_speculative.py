@@ -204,7 +204,7 @@ def test_drafts_show_in_the_metrics_and_the_step_feed(server):
 def test_a_draft_model_drafts_and_changes_no_answer(plain):
     drafting = Server("--draft-model", MODEL)
     try:
-        assert "drafting with a draft model" in drafting.log_text()
+        assert "drafting with a draft model" in drafting.log_all()
         bodies = [
             dict(messages=[{"role": "user", "content": "Name three colours of the rainbow."}], max_tokens=40, temperature=0, logprobs=True, top_logprobs=2),
             dict(messages=[{"role": "user", "content": "Write a line about rain."}], max_tokens=30, temperature=0.8, seed=4, n=2),

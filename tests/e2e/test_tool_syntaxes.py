@@ -55,7 +55,7 @@ def check_call(call):
 
 def test_the_template_names_the_syntax(family):
     syntax, server, _, _ = family
-    assert f"tool calls are read in the {syntax} syntax" in server.log_text()
+    assert f"tool calls are read in the {syntax} syntax" in server.log_all()
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
