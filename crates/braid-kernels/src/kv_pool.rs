@@ -47,6 +47,12 @@ impl KvShape {
     pub fn floats_per_token(&self) -> usize {
         2 * self.num_layers * self.num_kv_heads * self.head_dim
     }
+
+    /// Bytes of the keys and values of `tokens` tokens, every layer, stored as `dtype`: what a
+    /// pool block holds, or what a decoding step reads of one sequence's context.
+    pub fn bytes(&self, tokens: usize, dtype: KvDtype) -> usize {
+        2 * self.num_layers * self.num_kv_heads * dtype.bytes(tokens * self.head_dim)
+    }
 }
 
 /// How the pool stores each cached key and value.
@@ -237,10 +243,7 @@ impl KvPool {
         megabytes: usize,
         dtype: KvDtype,
     ) -> usize {
-        let bytes: usize = shapes
-            .iter()
-            .map(|s| 2 * s.num_layers * s.num_kv_heads * dtype.bytes(block_size * s.head_dim))
-            .sum();
+        let bytes: usize = shapes.iter().map(|s| s.bytes(block_size, dtype)).sum();
         (megabytes * 1024 * 1024) / bytes.max(1)
     }
 

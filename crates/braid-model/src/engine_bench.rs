@@ -8,7 +8,7 @@
 
 use crate::model::{BatchEntry, Workspace};
 use crate::LoadedModel;
-use braid_kernels::{KvDtype, KvPool};
+use braid_kernels::{KvDtype, KvPool, KvShape};
 use std::time::Instant;
 
 pub struct EngineBenchOptions {
@@ -158,9 +158,6 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
     let mut decode = Vec::new();
     let mut decode_kv_read_gbps = Vec::new();
     let mut output_layer = Vec::new();
-    // Keys and values of one cached token, every layer and KV head, as the pool stores them.
-    let kv_bytes_per_token =
-        2 * cfg.num_layers * cfg.num_kv_heads * opts.kv_dtype.bytes(cfg.head_dim);
     for &n in &opts.batch_sizes {
         // The context is computed once and its blocks copied to every sequence: each has a
         // cache of its own, as N distinct requests do. Shared blocks (a prefix cache's) would
@@ -215,7 +212,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
         decode.push((n, (n * opts.decode_steps) as f64 / wall, step_ms));
         // The median step sits halfway through the steps' growing contexts.
         let context = opts.context + opts.decode_steps / 2;
-        let bytes = (n * context * kv_bytes_per_token) as f64;
+        let bytes = (n * KvShape::from(cfg).bytes(context, opts.kv_dtype)) as f64;
         decode_kv_read_gbps.push((n, bytes / (step_ms / 1e3) / 1e9));
         output_layer.push((n, output_layer_ms(m, n, opts.decode_steps)));
     }
