@@ -19,6 +19,7 @@ use crate::routes::{
     render, responses, tokenize, tokenizer_info, worker,
 };
 use crate::state::AppState;
+use crate::trace_failures::UnplannedServerErrors;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
@@ -26,6 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use std::time::Duration;
+use tower_http::classify::SharedClassifier;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::RequestBodyTimeoutLayer;
@@ -77,15 +79,14 @@ pub fn router(state: AppState, body_read_timeout: Duration) -> Router {
     };
     routes
         .layer(
-            TraceLayer::new_for_http()
+            TraceLayer::new(SharedClassifier::new(UnplannedServerErrors))
                 .make_span_with(|req: &Request| {
                     // The path only: a query string may carry `api_key`.
                     let id = request_id(req.headers());
                     tracing::info_span!("http", method = %req.method(), path = req.uri().path(), request_id = id)
                 })
-                // A 503 while loading or draining is the server working as meant (a health
-                // probe sees one at every start), and an engine failure logs its own error
-                // line: a 5xx here is a warning, not an error.
+                // An engine failure logs its own error line: a 5xx here is a warning, not
+                // an error (and a 503 while loading or draining is none: `trace_failures`).
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
@@ -244,5 +245,29 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(call(&app, "GET", "/metrics", "").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn loading_answers_are_marked_unavailable_by_design() {
+        use crate::trace_failures::UnavailableByDesign;
+        let state = AppState::new(&ServeArgs::with_model("m.gguf"), Arc::new(Metrics::new()));
+        let app = router(state, Duration::from_secs(5));
+        for (method, path) in [("GET", "/health"), ("POST", "/v1/completions")] {
+            let req = axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("content-type", "application/json")
+                .body(Body::from(r#"{"prompt":"a"}"#))
+                .unwrap();
+            let resp = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert!(resp.extensions().get::<UnavailableByDesign>().is_some());
+        }
+        let fault = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", "x");
+        assert!(fault
+            .into_response()
+            .extensions()
+            .get::<UnavailableByDesign>()
+            .is_none());
     }
 }

@@ -10,6 +10,7 @@
 //! file and this file on none of them.
 
 use crate::field_bounds::{NumericField, MAX_CHOICES};
+use crate::trace_failures::UnavailableByDesign;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -192,6 +193,9 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if matches!(self.detail.code, Some("loading" | "draining")) {
+            resp.extensions_mut().insert(UnavailableByDesign);
         }
         resp.extensions_mut()
             .insert(ErrorMessage(self.detail.message));

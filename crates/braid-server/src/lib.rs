@@ -32,6 +32,7 @@ pub mod sse;
 pub mod state;
 pub mod stop_strings;
 pub mod tools;
+pub mod trace_failures;
 pub mod validation;
 pub mod write_timeout;
 

@@ -3,6 +3,7 @@
 //! `--step-stall-secs`) otherwise, for load balancers and Kubernetes probes.
 
 use crate::state::AppState;
+use crate::trace_failures::UnavailableByDesign;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -22,10 +23,14 @@ pub async fn health(State(state): State<AppState>) -> Response {
         }
         Some(_) => return Json(serde_json::json!({"status": "ok"})).into_response(),
     };
-    (
+    let mut resp = (
         StatusCode::SERVICE_UNAVAILABLE,
         [(header::RETRY_AFTER, "1")],
         Json(serde_json::json!({"status": status})),
     )
-        .into_response()
+        .into_response();
+    if matches!(status, "loading" | "draining") {
+        resp.extensions_mut().insert(UnavailableByDesign);
+    }
+    resp
 }
