@@ -49,7 +49,8 @@ pub enum KvCacheDtype {
     /// Half floats.
     F16,
     /// int8 with a half-float scale per 32 values (llama.cpp's q8_0): half the memory and
-    /// reads of f16, so twice the tokens in --kv-cache-mb and faster decoding at long contexts.
+    /// reads of f16, so twice the tokens in --kv-cache-mb, and faster decoding at long
+    /// contexts where reading the cache is what bounds it.
     #[value(name = "q8_0")]
     Q8_0,
 }
