@@ -10,7 +10,7 @@
 //! file and this file on none of them.
 
 use crate::field_bounds::{NumericField, MAX_CHOICES};
-use crate::trace_failures::UnavailableByDesign;
+use crate::trace_failures::mark_if_by_design;
 use axum::extract::rejection::{BytesRejection, JsonRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -194,8 +194,8 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
-        if matches!(self.detail.code, Some("loading" | "draining")) {
-            resp.extensions_mut().insert(UnavailableByDesign);
+        if let Some(code) = self.detail.code {
+            mark_if_by_design(&mut resp, code);
         }
         resp.extensions_mut()
             .insert(ErrorMessage(self.detail.message));

@@ -15,6 +15,14 @@ use tower_http::classify::{
 #[derive(Clone, Copy, Debug)]
 pub struct UnavailableByDesign;
 
+/// Marks `resp` [`UnavailableByDesign`] when `reason` (an API error's `code`, `/health`'s
+/// `status`) is one a server gives on purpose: `loading` or `draining`.
+pub fn mark_if_by_design<B>(resp: &mut Response<B>, reason: &str) {
+    if matches!(reason, "loading" | "draining") {
+        resp.extensions_mut().insert(UnavailableByDesign);
+    }
+}
+
 /// [`ServerErrorsAsFailures`], except for responses marked [`UnavailableByDesign`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UnplannedServerErrors;

@@ -3,7 +3,7 @@
 //! `--step-stall-secs`) otherwise, for load balancers and Kubernetes probes.
 
 use crate::state::AppState;
-use crate::trace_failures::UnavailableByDesign;
+use crate::trace_failures::mark_if_by_design;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -29,8 +29,6 @@ pub async fn health(State(state): State<AppState>) -> Response {
         Json(serde_json::json!({"status": status})),
     )
         .into_response();
-    if matches!(status, "loading" | "draining") {
-        resp.extensions_mut().insert(UnavailableByDesign);
-    }
+    mark_if_by_design(&mut resp, status);
     resp
 }
