@@ -122,7 +122,7 @@ pub fn render(info: &Value) -> String {
         line(format!("  {:<11} supported: {note}", s(&k["name"])));
     }
     line(format!(
-        "embedding model products: bf16 by {}",
+        "bf16 products (a prompt's attention, the embedding model): {}",
         s(&info["bf16_products"])
     ));
     line(format!("compute threads: {}", info["threads"]));

@@ -69,6 +69,11 @@ impl Engine {
                     sample: true,
                     all_logits: false,
                     hidden: false,
+                    // A decoding row follows its prompt; a prompt's rows are all prompt.
+                    prompt_len: match c.is_decode {
+                        true => c.start,
+                        false => c.start + c.tokens.len(),
+                    },
                 })
                 .collect();
             let t = Instant::now();

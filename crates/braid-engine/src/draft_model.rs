@@ -115,7 +115,7 @@ impl DraftModel {
         let mut best = f64::INFINITY;
         for _ in 0..3 {
             let started = Instant::now();
-            self.guess(&[entry(&[0], 0, &[0], true)])?;
+            self.guess(&[entry(&[0], 0, &[0], true, 1)])?;
             best = best.min(started.elapsed().as_secs_f64());
         }
         Ok(best)
@@ -174,7 +174,8 @@ impl DraftModel {
                 .iter()
                 .map(|&(id, from, end, drafted)| {
                     let seq = sched.sequence(id).expect("a planned sequence");
-                    entry(&seq.tokens[from..end], from, &seq.block_table, drafted > 0)
+                    let tokens = &seq.tokens[from..end];
+                    entry(tokens, from, &seq.block_table, drafted > 0, seq.prompt_len)
                 })
                 .collect();
             let mut guesses = self.guess(&entries)?.into_iter();
@@ -209,7 +210,7 @@ impl DraftModel {
                     let seq = sched.sequence(*id).expect("a planned sequence");
                     // The first guess follows the sequence's last token.
                     let at = seq.tokens.len() + guesses.len() - 1;
-                    entry(token, at, &seq.block_table, true)
+                    entry(token, at, &seq.block_table, true, seq.prompt_len)
                 })
                 .collect();
             for (&i, guess) in feeding.iter().zip(self.guess(&entries)?) {
@@ -249,12 +250,14 @@ impl DraftModel {
     }
 }
 
-/// A draft pass's rows of one sequence: logits for the last row if `sample`.
+/// A draft pass's rows of one sequence (whose prompt is `prompt_len` long): logits for the
+/// last row if `sample`.
 fn entry<'a>(
     tokens: &'a [u32],
     start: usize,
     block_table: &'a [u32],
     sample: bool,
+    prompt_len: usize,
 ) -> BatchEntry<'a> {
     BatchEntry {
         tokens,
@@ -263,5 +266,6 @@ fn entry<'a>(
         sample,
         all_logits: false,
         hidden: false,
+        prompt_len,
     }
 }

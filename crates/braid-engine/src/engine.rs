@@ -627,6 +627,7 @@ impl Engine {
                 sample: c.sample && !pooled,
                 all_logits: (c.all_logits || c.drafted > 0) && !pooled,
                 hidden: pooled,
+                prompt_len: seq.prompt_len,
             });
         }
         // Where each chunk's logits start, and the rows each sampled chunk samples from: a

@@ -6,7 +6,8 @@
 //! weighted values) beside this CPU's f32 multiply-add peak, measured by the same run.
 //! With `--decode`, the lengths are contexts, and it times one layer of a lone decoding row
 //! (`--grouped`: in tasks of a KV head's three query heads, as a batch has them). `--q8_0`
-//! stores the cache as `--kv-cache-dtype q8_0` does.
+//! stores the cache as `--kv-cache-dtype q8_0` does. A prompt's rows are computed in bf16, as
+//! the model computes them; `--f32` computes them in f32, as generated rows are.
 
 use braid_kernels::attention::{attend_group, parts_for, GroupTask, Scratch, ROW_TILE};
 use braid_kernels::{Kernel, KvDtype, KvPool, KvShape, SendPtr};
@@ -31,6 +32,7 @@ fn main() {
     };
     let decode = std::env::args().any(|a| a == "--decode");
     let grouped = std::env::args().any(|a| a == "--grouped");
+    let bf16 = !std::env::args().any(|a| a == "--f32");
     let dtype = if std::env::args().any(|a| a == "--q8_0") {
         KvDtype::Q8_0
     } else {
@@ -41,6 +43,9 @@ fn main() {
     println!(
         "kernel {kernel}, {threads} threads, f32 multiply-add peak {peak:.0} GFLOP/s (all threads)"
     );
+    if !decode {
+        println!("prompt rows in {}", if bf16 { "bf16" } else { "f32" });
+    }
     println!(
         "{:>7} {:>10} {:>9} {:>8}",
         "prompt", "ms/layer", "GFLOP/s", "of peak"
@@ -53,7 +58,7 @@ fn main() {
         return;
     }
     for n in lengths {
-        let ms = layer_ms(kernel, n, dtype);
+        let ms = layer_ms(kernel, n, dtype, bf16);
         let pairs = (n * (n + 1) / 2) as f64;
         let gflops = pairs * (4 * D * HEADS) as f64 / (ms / 1e3) / 1e9;
         println!(
@@ -110,6 +115,7 @@ fn decode_us(kernel: Kernel, n: usize, grouped: bool, dtype: KvDtype) -> f64 {
             parts: 0..parts_for(n - 1, BLOCK),
             split: false,
             window: None,
+            bf16: false,
         })
         .collect();
     let out_ptr = SendPtr::new(out.as_mut_ptr());
@@ -139,7 +145,7 @@ fn decode_us(kernel: Kernel, n: usize, grouped: bool, dtype: KvDtype) -> f64 {
 }
 
 /// Median milliseconds of one layer's attention over an `n`-token prompt.
-fn layer_ms(kernel: Kernel, n: usize, dtype: KvDtype) -> f64 {
+fn layer_ms(kernel: Kernel, n: usize, dtype: KvDtype, bf16: bool) -> f64 {
     let (pool, table, q) = filled_pool(n, dtype);
     let mut out = vec![0f32; n * HEADS * D];
     let g = HEADS / KV_HEADS;
@@ -158,6 +164,7 @@ fn layer_ms(kernel: Kernel, n: usize, dtype: KvDtype) -> f64 {
                 parts: 0..parts_for(start + rows - 1, BLOCK),
                 split: false,
                 window: None,
+                bf16,
             });
         }
     }

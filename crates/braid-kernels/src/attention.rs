@@ -25,9 +25,12 @@
 //! time, one row's heads in the value pass, and a softmax whose power of two was a checked
 //! float-to-int cast (`cargo bench -p braid-kernels --bench attention`).
 
+use crate::attention_bf16::{self, FmaScores, FmaValues, PairedSums, ScoreRun};
+#[cfg(target_arch = "x86_64")]
+use crate::attention_bf16::{NativeScores, NativeValues};
 use crate::attention_tiles::{
-    blocks_together, prev_power_of_two, queries_together, read16, scores16, WeightedSums, LANES,
-    MAX_RUN,
+    blocks_together, prev_power_of_two, queries_together, read16, score_tiles, scores16,
+    WeightedSums, LANES, MAX_RUN,
 };
 use crate::kv_pool::Q8_GROUP;
 use crate::kv_widen::{dequantize16, widen_keys, widen_values, widened_key_scales};
@@ -84,6 +87,10 @@ pub struct GroupTask<'a> {
     /// Sliding-window layers: a row at position `p` sees only the keys after `p - window`.
     /// Blocks wholly before a row's window are not read for it.
     pub window: Option<usize>,
+    /// Whether the rows are a prompt's (positions below its request's prompt length), whose
+    /// attention is computed in bf16 ([`crate::attention_bf16`]); generated rows' is f32. A
+    /// task never mixes the two.
+    pub bf16: bool,
 }
 
 /// Per-thread buffers: every (row, head)'s scores over one partition, its partials, and one
@@ -94,6 +101,13 @@ pub struct Scratch {
     partials: Vec<f32>,
     wide: Vec<f32>,
     scales: Vec<f32>,
+    /// bf16 rows: the queries rounded (`[row][head][dim]`), and for `vdpbf16ps` their pairs.
+    queries: Vec<f32>,
+    query_pairs: Vec<u32>,
+    /// bf16 rows: the widened keys' or values' pairs for `vdpbf16ps`.
+    pairs: Vec<u32>,
+    /// bf16 rows for `vdpbf16ps`: every (row, head)'s weights over one partition, in pairs.
+    weight_pairs: Vec<u32>,
 }
 
 /// Readers (rows × query heads) of one KV block from which the block is widened to f32 once
@@ -164,6 +178,7 @@ pub unsafe fn attend_group<Q, O>(
         pool,
         task,
         head_dim,
+        native: task.bf16 && attention_bf16::native(kernel),
         s,
         q,
         out,
@@ -175,6 +190,8 @@ struct Attend<'a, Q, O> {
     pool: &'a KvPool,
     task: &'a GroupTask<'a>,
     head_dim: usize,
+    /// bf16 rows multiplied with `vdpbf16ps`.
+    native: bool,
     s: &'a mut Scratch,
     q: Q,
     out: O,
@@ -193,13 +210,14 @@ where
             pool,
             task,
             head_dim,
+            native,
             s,
             q,
             out,
         } = self;
-        // SAFETY: the caller vouches for `L`'s features; the rest is `attend_group`'s
-        // caller's promise.
-        unsafe { attend::<L, Q, O>(pool, task, head_dim, s, q, out) }
+        // SAFETY: the caller vouches for `L`'s features, and `attend_group` for the CPU
+        // having AVX-512 BF16 where `native`; the rest is `attend_group`'s caller's promise.
+        unsafe { attend::<L, Q, O>(pool, task, head_dim, native, s, q, out) }
     }
 }
 
@@ -207,12 +225,14 @@ where
 ///
 /// # Safety
 ///
-/// The CPU must have `L`'s features; otherwise as for [`attend_group`].
+/// The CPU must have `L`'s features, and AVX-512 BF16 where `native`; otherwise as for
+/// [`attend_group`].
 #[inline(always)]
 unsafe fn attend<L: Lanes, Q, O>(
     pool: &KvPool,
     task: &GroupTask,
     head_dim: usize,
+    native: bool,
     s: &mut Scratch,
     q: Q,
     out: O,
@@ -257,6 +277,21 @@ unsafe fn attend<L: Lanes, Q, O>(
         let id = task.block_table.get(b).filter(|_| b <= last_pos / bs);
         id.map(|&n| pool.block(task.layer, n, task.kv_head))
     };
+    let bf16 = task.bf16;
+    if bf16 {
+        assert_eq!(bs, LANES, "bf16 attention takes blocks of 16 keys");
+        s.queries.clear();
+        s.query_pairs.clear();
+        for row in 0..task.rows {
+            for head in 0..g {
+                s.queries.extend_from_slice(query(row, head));
+            }
+        }
+        attention_bf16::round_vector(&mut s.queries, native, &mut s.query_pairs);
+        if native {
+            s.weight_pairs.resize(task.rows * g * part_len / 2, 0);
+        }
+    }
 
     for (pi, p) in parts.clone().enumerate() {
         let blocks =
@@ -285,13 +320,51 @@ unsafe fn attend<L: Lanes, Q, O>(
                 keys.iter().all(|k| k.values() == d * bs),
                 "a block holds head_dim × block_size keys"
             );
-            let wide = readers >= WIDEN_ONCE_READERS;
+            let wide = readers >= WIDEN_ONCE_READERS || bf16;
             if wide {
                 s.wide.resize(nb * d * bs, 0.0);
                 for (i, keys) in keys[..nb].iter().enumerate() {
                     // SAFETY: our caller vouches for `L`'s features.
                     unsafe { widen_keys::<L>(*keys, bs, &mut s.wide[i * d * bs..][..d * bs]) };
                 }
+            }
+            let at = (b - p * PART_BLOCKS) * bs;
+            let first_reader = rows.start * g;
+            if bf16 {
+                let wide = &mut s.wide[..nb * d * bs];
+                attention_bf16::round_keys(wide, native, &mut s.pairs);
+                let run = ScoreRun {
+                    first: first_reader,
+                    readers,
+                    nb,
+                    accumulators: L::ACCUMULATORS,
+                    scale,
+                    scores: &mut s.scores[at..],
+                    stride: part_len,
+                };
+                // SAFETY: the rounded queries hold every (row, head) of the task and the keys
+                // `nb` blocks; `scores` holds each reader's `part_len` scores from `at`; the
+                // caller vouches for `L`'s features, and for AVX-512 BF16 where `native`.
+                unsafe {
+                    #[cfg(target_arch = "x86_64")]
+                    if native {
+                        let tile = NativeScores {
+                            queries: &s.query_pairs,
+                            keys: &s.pairs,
+                            d,
+                        };
+                        run.run_native(&tile);
+                        b += nb;
+                        continue;
+                    }
+                    run.run(&FmaScores {
+                        queries: &s.queries,
+                        keys: &s.wide,
+                        d,
+                    });
+                }
+                b += nb;
+                continue;
             }
             // Read in place, as half floats or as int8 times their widened scales (which
             // `widened_key_scales` puts in `s.scales`, `[block][group]` of 16 slots each).
@@ -309,10 +382,8 @@ unsafe fn attend<L: Lanes, Q, O>(
                 unsafe { widened_key_scales::<L>(&keys[..nb], bs, &mut s.scales) };
             }
             let (groups, key_scales) = (d / Q8_GROUP, s.scales.as_ptr());
-            let at = (b - p * PART_BLOCKS) * bs;
             // Every (row, head) reading the blocks, taken as many at a time as registers
             // allow: each key vector serves them all.
-            let first_reader = rows.start * g;
             let mut i = 0;
             while i < readers {
                 let qn = queries_together(readers - i, nb, L::ACCUMULATORS);
@@ -367,29 +438,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                         }
                     };
                 }
-                score_group!(
-                    (1, 1),
-                    (1, 2),
-                    (1, 3),
-                    (1, 4),
-                    (1, 5),
-                    (1, 6),
-                    (1, 7),
-                    (1, 8),
-                    (1, 9),
-                    (1, 10),
-                    (1, 11),
-                    (1, 12),
-                    (2, 1),
-                    (2, 2),
-                    (2, 3),
-                    (2, 4),
-                    (2, 5),
-                    (2, 6),
-                    (4, 1),
-                    (4, 2),
-                    (4, 3)
-                );
+                score_tiles!(score_group);
                 i += qn;
             }
             b += nb;
@@ -410,7 +459,19 @@ unsafe fn attend<L: Lanes, Q, O>(
                 }
                 let scores = &mut s.scores[(row * g + head) * part_len..][lo..seen];
                 let max = max_of(scores);
-                let sum = exp_shifted_in_place(scores, max);
+                let sum = if bf16 {
+                    let sum = exp_shifted_in_place::<true>(scores, max);
+                    let reader = row * g + head;
+                    let pairs = match native {
+                        true => &mut s.weight_pairs[reader * part_len / 2..][..part_len / 2],
+                        false => &mut [][..],
+                    };
+                    let weights = &mut s.scores[reader * part_len..][..part_len];
+                    attention_bf16::mask_weights(weights, lo, seen, native, pairs);
+                    sum
+                } else {
+                    exp_shifted_in_place::<false>(scores, max)
+                };
                 partial[..2].copy_from_slice(&[max, sum]);
             }
         }
@@ -433,11 +494,65 @@ unsafe fn attend<L: Lanes, Q, O>(
             );
             let at = (b - p * PART_BLOCKS) * bs;
             let rows = first_row(b)..end_row(b);
-            let wide = rows.len() * g >= WIDEN_ONCE_READERS;
+            let wide = rows.len() * g >= WIDEN_ONCE_READERS || bf16;
             if wide {
                 s.wide.resize(bs * d, 0.0);
                 // SAFETY: our caller vouches for `L`'s features.
                 unsafe { widen_values::<L>(values, &mut s.wide) };
+            }
+            let span = |row: usize| {
+                let skip = row_lo(row).saturating_sub(b * bs);
+                (skip, visible(b, row) - skip)
+            };
+            if bf16 {
+                let written = (last_pos + 1).saturating_sub(b * bs);
+                let wide = &mut s.wide[..bs * d];
+                attention_bf16::round_values(wide, d, written, native, &mut s.pairs);
+                // Consecutive rows that sum over the same slot pairs go in one call.
+                let pairs_of = |row: usize| {
+                    let (skip, n) = span(row);
+                    attention_bf16::slot_pairs(skip, n)
+                };
+                let mut row = rows.start;
+                while row < rows.end {
+                    let pairs = pairs_of(row);
+                    let same = 1
+                        + (row + 1..rows.end)
+                            .take_while(|&r| pairs_of(r) == pairs)
+                            .count();
+                    let sums = PairedSums {
+                        out: &mut s.partials[(row * g * np + pi) * plen + 2..],
+                        out_stride: np * plen,
+                        readers: same * g,
+                        pairs,
+                        d,
+                    };
+                    // SAFETY: the weights of every (row, head) are masked and rounded (and
+                    // paired where `native`) and the block's values rounded (and paired); the
+                    // caller vouches for `L`'s features, and for AVX-512 BF16 where `native`.
+                    unsafe {
+                        #[cfg(target_arch = "x86_64")]
+                        if native {
+                            sums.run_native(&NativeValues {
+                                weights: &s.weight_pairs[row * g * part_len / 2 + at / 2..],
+                                stride: part_len / 2,
+                                values: &s.pairs,
+                                d,
+                            });
+                            row += same;
+                            continue;
+                        }
+                        let tile = FmaValues {
+                            weights: &s.scores[row * g * part_len + at..],
+                            stride: part_len,
+                            values: &s.wide,
+                            d,
+                        };
+                        sums.run(&tile, L::ACCUMULATORS);
+                    }
+                    row += same;
+                }
+                continue;
             }
             // Read in place: half floats, or int8 times their scale (widened into
             // `s.scales`, `[slot][group]`).
@@ -455,10 +570,6 @@ unsafe fn attend<L: Lanes, Q, O>(
             // Consecutive rows that read the same keys of the block (every row, off the
             // diagonal and outside windows) go in one call, which takes their heads several at
             // a time: each value vector is then loaded once for all of them.
-            let span = |row: usize| {
-                let skip = row_lo(row).saturating_sub(b * bs);
-                (skip, visible(b, row) - skip)
-            };
             let mut row = rows.start;
             while row < rows.end {
                 let (skip, n) = span(row);
@@ -588,19 +699,28 @@ fn max_of(xs: &[f32]) -> f32 {
 /// Replaces each `x` with `e^(x - max)` and returns their sum. Written so the compiler
 /// vectorizes it (16 lanes at a time, a polynomial instead of a libm call per score): the
 /// softmax was a third of attention's time with scalar `exp`. The sum is taken in 16 lanes,
-/// then across them in a fixed order, so it depends only on the row's length.
+/// then across them in a fixed order, so it depends only on the row's length. bf16 rows'
+/// weights are rounded to bf16 before they are summed: the value pass multiplies those.
 #[inline(always)]
-fn exp_shifted_in_place(xs: &mut [f32], max: f32) -> f32 {
+fn exp_shifted_in_place<const BF16: bool>(xs: &mut [f32], max: f32) -> f32 {
+    let weight = |x: f32| {
+        let w = exp_approx(x - max);
+        if BF16 {
+            attention_bf16::round(w)
+        } else {
+            w
+        }
+    };
     let mut lanes = [0f32; LANES];
     let mut chunks = xs.chunks_exact_mut(LANES);
     for chunk in &mut chunks {
         for (x, l) in chunk.iter_mut().zip(lanes.iter_mut()) {
-            *x = exp_approx(*x - max);
+            *x = weight(*x);
             *l += *x;
         }
     }
     for (x, l) in chunks.into_remainder().iter_mut().zip(lanes.iter_mut()) {
-        *x = exp_approx(*x - max);
+        *x = weight(*x);
         *l += *x;
     }
     lanes.iter().sum()
@@ -639,296 +759,5 @@ pub fn exp_approx(x: f32) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-
-    /// Head shapes `(heads, kv_heads, head_dim)`: two heads a group with 16 floats and with 64
-    /// (value tiles of four pieces), and the default model's three with 64 (a decoding row's
-    /// group of three queries scored against four blocks at once).
-    const SHAPES: [(usize, usize, usize); 3] = [(4, 2, 16), (6, 2, 64), (9, 3, 64)];
-
-    /// Plain two-pass softmax attention, one row and head at a time.
-    fn naive(keys: &[Vec<f32>], values: &[Vec<f32>], q: &[f32]) -> Vec<f32> {
-        let scale = 1.0 / (q.len() as f32).sqrt();
-        let scores: Vec<f32> = keys
-            .iter()
-            .map(|k| k.iter().zip(q).map(|(a, b)| a * b).sum::<f32>() * scale)
-            .collect();
-        let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let w: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-        let total: f32 = w.iter().sum();
-        (0..q.len())
-            .map(|i| values.iter().zip(&w).map(|(v, w)| v[i] * w).sum::<f32>() / total)
-            .collect()
-    }
-
-    #[test]
-    fn max_of_is_the_folded_maximum() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        for len in [0, 1, 15, 16, 17, 100, 256] {
-            let mut xs: Vec<f32> = (0..len).map(|_| rng.random_range(-50.0..50.0)).collect();
-            if len > 3 {
-                xs[len / 2] = f32::NAN;
-            }
-            let folded = xs.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            assert_eq!(max_of(&xs).to_bits(), folded.to_bits(), "{len} values");
-        }
-    }
-
-    #[test]
-    fn exp_approx_is_within_a_few_ulp() {
-        for i in 0..=100_000 {
-            let x = -90.0 * i as f32 / 100_000.0;
-            let (got, want) = (exp_approx(x), x.exp());
-            if x < -87.0 {
-                assert!(got < 1.7e-38, "e^{x}: {got}");
-            } else {
-                assert!(
-                    ((got - want) / want).abs() < 4.0 * f32::EPSILON,
-                    "e^{x}: {got} vs {want}"
-                );
-            }
-        }
-        assert_eq!(exp_approx(0.0), 1.0);
-    }
-
-    /// The power of two is built from the bits of `n + 1.5·2^23`; it must be the one a cast
-    /// of `n` to an integer gives, for every `n` the clamped input reaches.
-    #[test]
-    fn exp_approx_scales_by_the_cast_power_of_two() {
-        for n in -126..=0 {
-            let x = n as f32 * std::f32::consts::LN_2;
-            let n = (x.clamp(-87.0, 0.0) * std::f32::consts::LOG2_E + 0.5).floor();
-            let by_cast = f32::from_bits(((n as i32 + 127) << 23) as u32);
-            let whole = 12_582_912f32;
-            let by_bits = f32::from_bits(
-                (n + whole)
-                    .to_bits()
-                    .wrapping_sub(whole.to_bits())
-                    .wrapping_add(127)
-                    << 23,
-            );
-            assert_eq!(by_bits.to_bits(), by_cast.to_bits(), "2^{n}");
-        }
-    }
-
-    #[test]
-    fn matches_two_pass_softmax_and_ignores_tiling() {
-        for shape in SHAPES {
-            check_attention(None, shape, KvDtype::F16);
-        }
-    }
-
-    /// Windows inside one block, across blocks, and across key partitions.
-    #[test]
-    fn sliding_windows_see_only_their_keys_and_ignore_tiling() {
-        for window in [5, 40, 300] {
-            for shape in SHAPES {
-                check_attention(Some(window), shape, KvDtype::F16);
-            }
-        }
-    }
-
-    /// int8 keys and values: read in place by a decoding row's group of three heads, widened
-    /// once for larger groups, and the same bits either way, on every kernel.
-    #[test]
-    fn q8_0_keys_and_values_match_two_pass_softmax_and_ignore_tiling() {
-        for shape in SHAPES.into_iter().filter(|s| s.2.is_multiple_of(Q8_GROUP)) {
-            check_attention(None, shape, KvDtype::Q8_0);
-            check_attention(Some(40), shape, KvDtype::Q8_0);
-        }
-    }
-
-    /// What the pool gives back for `x`: its half float, or its q8_0 value.
-    fn cached(x: &[f32], dtype: KvDtype) -> Vec<f32> {
-        match dtype {
-            KvDtype::F16 => x.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
-            KvDtype::Q8_0 => x
-                .chunks(Q8_GROUP)
-                .flat_map(|group| {
-                    let (scale, q) = crate::quantize_q8_0(group);
-                    q.map(|q| q as f32 * f16_to_f32(scale))
-                })
-                .collect(),
-        }
-    }
-
-    /// `heads` query heads over `kv_heads` KV heads of `d` floats each.
-    fn check_attention(
-        window: Option<usize>,
-        (heads, kv_heads, d): (usize, usize, usize),
-        dtype: KvDtype,
-    ) {
-        let shape = crate::KvShape {
-            num_layers: 1,
-            num_kv_heads: kv_heads,
-            head_dim: d,
-        };
-        let g = heads / kv_heads;
-        // A shorter context under Miri, which runs the full one too slowly: still three
-        // blocks, but one key partition. Otherwise three partitions, the last one partial.
-        let bs = 16;
-        let ctx: usize = if cfg!(miri) { 34 } else { 600 };
-        let n_blocks = ctx.div_ceil(bs);
-        let mut pool = KvPool::with_dtype(shape, bs, n_blocks + 2, dtype);
-        // Blocks out of order, as a real block table has them.
-        let table: Vec<u32> = (0..n_blocks as u32)
-            .map(|b| (b * 7 + 3) % (n_blocks as u32 + 2))
-            .collect();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        let mut rand_vec = |n: usize| {
-            (0..n)
-                .map(|_| rng.random_range(-1.0f32..1.0))
-                .collect::<Vec<f32>>()
-        };
-        let (mut keys, mut values) = (vec![Vec::new(); kv_heads], vec![Vec::new(); kv_heads]);
-        for pos in 0..ctx {
-            let (k, v) = (rand_vec(kv_heads * d), rand_vec(kv_heads * d));
-            pool.write(0, &table, pos, &k, &v);
-            // The reference reads the values as the pool rounded them.
-            for h in 0..kv_heads {
-                keys[h].push(cached(&k[h * d..(h + 1) * d], dtype));
-                values[h].push(cached(&v[h * d..(h + 1) * d], dtype));
-            }
-        }
-        let queries = rand_vec(ctx * heads * d);
-        let q = |row: usize, head: usize| queries[(row * heads + head) * d..].as_ptr();
-        // One scratch for every call, as a compute thread keeps its own across tasks: what one
-        // task leaves in it must not reach the next.
-        let scratch = std::cell::RefCell::new(Scratch::default());
-        // Rows `start..start + rows` of KV head `kv_head`, partitions `parts`, into `out`.
-        let attend = |kernel: Kernel,
-                      (start, rows): (usize, usize),
-                      kv_head: usize,
-                      (parts, split): (std::ops::Range<usize>, bool),
-                      out: &dyn Fn(usize, usize) -> *mut f32| {
-            let task = GroupTask {
-                layer: 0,
-                block_table: &table,
-                start,
-                rows,
-                kv_head,
-                first_head: kv_head * g,
-                group: g,
-                parts,
-                split,
-                window,
-            };
-            // SAFETY: `queries` holds `ctx` rows of `heads` heads; the callers' `out` gives each
-            // (row, head) its own region of a buffer that outlives the call.
-            unsafe {
-                attend_group(
-                    kernel,
-                    &pool,
-                    &task,
-                    d,
-                    &mut scratch.borrow_mut(),
-                    |r, h| q(start + r, h),
-                    out,
-                )
-            };
-        };
-        let run = |kernel: Kernel, start: usize, rows: usize| {
-            let mut out = vec![0f32; rows * heads * d];
-            let ptr = out.as_mut_ptr();
-            for kv_head in 0..kv_heads {
-                let whole = (0..usize::MAX, false);
-                attend(kernel, (start, rows), kv_head, whole, &|r, h| {
-                    ptr.wrapping_add((r * heads + h) * d)
-                });
-            }
-            out
-        };
-        // The same rows with their keys split over tasks of `per` partitions each (as a lone
-        // sequence at a long context runs), merged afterwards.
-        let run_split = |kernel: Kernel, start: usize, rows: usize, per: usize| {
-            let n_parts = parts_for(start + rows - 1, bs);
-            let plen = partial_len(d);
-            // Each (row, head) has `n_parts` partials; the tasks write disjoint partitions.
-            let mut partials = vec![f32::NAN; rows * heads * n_parts * plen];
-            let ptr = partials.as_mut_ptr();
-            for kv_head in 0..kv_heads {
-                for p in (0..n_parts).step_by(per) {
-                    attend(
-                        kernel,
-                        (start, rows),
-                        kv_head,
-                        (p..p + per, true),
-                        &|r, h| ptr.wrapping_add((r * heads + h) * n_parts * plen),
-                    );
-                }
-            }
-            let mut out = vec![0f32; rows * heads * d];
-            for (o, p) in out.chunks_mut(d).zip(partials.chunks(n_parts * plen)) {
-                combine(p, o);
-            }
-            out
-        };
-        let whole = run(Kernel::Portable, 0, ctx);
-        for pos in [0, 15, 16, 17, 33, 63, 99, 255, 256, 300, 599]
-            .into_iter()
-            .filter(|&p| p < ctx)
-        {
-            for head in 0..heads {
-                let kv = head / g;
-                let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                let want = naive(
-                    &keys[kv][lo..=pos],
-                    &values[kv][lo..=pos],
-                    &queries[(pos * heads + head) * d..][..d],
-                );
-                let got = &whole[(pos * heads + head) * d..][..d];
-                for (a, b) in got.iter().zip(&want) {
-                    assert!(
-                        (a - b).abs() < 1e-5,
-                        "window {window:?} pos {pos} head {head}: {a} vs {b}"
-                    );
-                }
-            }
-        }
-        // The same rows computed in other tiles are bit-identical.
-        let tiles = [
-            (17, 1),
-            (20, 13),
-            (37, 1),
-            (50, 13),
-            (90, 10),
-            (250, 12),
-            (599, 1),
-        ];
-        for (start, rows) in tiles.into_iter().filter(|&(s, r)| s + r <= ctx) {
-            assert_eq!(
-                run(Kernel::Portable, start, rows),
-                whole[start * heads * d..(start + rows) * heads * d],
-                "rows {start}..{}",
-                start + rows
-            );
-        }
-        // Every instruction set's copy of the loops computes the same bits, whole or in tiles.
-        for kernel in Kernel::supported() {
-            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-            assert_eq!(
-                bits(run(kernel, 0, ctx)),
-                bits(whole.clone()),
-                "{kernel} differs from portable"
-            );
-            assert_eq!(
-                bits(run(kernel, 20, 13)),
-                bits(whole[20 * heads * d..33 * heads * d].to_vec()),
-                "{kernel} differs from portable on rows 20..33"
-            );
-            // Keys split over tasks: the same bits, however many partitions a task takes.
-            for (start, rows) in tiles.into_iter().filter(|&(s, r)| s + r <= ctx) {
-                for per in [1, 2] {
-                    assert_eq!(
-                        bits(run_split(kernel, start, rows, per)),
-                        bits(whole[start * heads * d..(start + rows) * heads * d].to_vec()),
-                        "{kernel}, rows {start}..{}, {per} partitions per task",
-                        start + rows
-                    );
-                }
-            }
-        }
-    }
-}
+#[path = "attention_tests.rs"]
+mod tests;

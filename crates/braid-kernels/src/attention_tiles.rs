@@ -6,6 +6,65 @@
 
 use crate::Lanes;
 
+/// Calls `$m!` with every (blocks, queries) group the score tiles are compiled for
+/// ([`most_queries`] and [`blocks_together`] choose among them): one list for each pass and
+/// arithmetic that dispatches on it.
+macro_rules! score_tiles {
+    ($m:ident) => {
+        $m!(
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (1, 4),
+            (1, 5),
+            (1, 6),
+            (1, 7),
+            (1, 8),
+            (1, 9),
+            (1, 10),
+            (1, 11),
+            (1, 12),
+            (2, 1),
+            (2, 2),
+            (2, 3),
+            (2, 4),
+            (2, 5),
+            (2, 6),
+            (4, 1),
+            (4, 2),
+            (4, 3)
+        )
+    };
+}
+pub(crate) use score_tiles;
+
+/// Calls `$m!` with every (16-float pieces, readers) tile the value passes are compiled for.
+macro_rules! value_tiles {
+    ($m:ident) => {
+        $m!(
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (1, 4),
+            (1, 5),
+            (1, 6),
+            (2, 1),
+            (2, 2),
+            (2, 3),
+            (2, 4),
+            (2, 5),
+            (2, 6),
+            (4, 1),
+            (4, 2),
+            (4, 3),
+            (4, 4),
+            (4, 5),
+            (4, 6)
+        )
+    };
+}
+pub(crate) use value_tiles;
+
 /// Keys scored together: one 512-bit vector of f32.
 pub(crate) const LANES: usize = 16;
 
@@ -37,6 +96,18 @@ pub(crate) fn blocks_together(readers: usize, accumulators: usize) -> usize {
                 && (nb <= 2 || readers <= most_queries(nb))
         })
         .unwrap_or(1)
+}
+
+/// The value passes' tile for `left` 16-float pieces of the sums still to do, with registers
+/// for `accumulators` of them: (pieces, readers) of [`value_tiles`]. Four pieces at once where
+/// there are four, and as many readers as the rest of the registers hold, at most six.
+pub(crate) fn value_tile(left: usize, accumulators: usize) -> (usize, usize) {
+    let width = match left {
+        1 => 1,
+        2 | 3 => 2,
+        _ => 4,
+    };
+    (width, (accumulators / width).clamp(1, 6))
 }
 
 /// The largest power of two at most `n` (`n >= 1`).
@@ -137,12 +208,7 @@ impl WeightedSums<'_> {
         let chunks = self.d / LANES;
         let mut c = 0;
         while c < chunks {
-            let width = match chunks - c {
-                1 => 1,
-                2 | 3 => 2,
-                _ => 4,
-            };
-            let per = (L::ACCUMULATORS / width).clamp(1, 6);
+            let (width, per) = value_tile(chunks - c, L::ACCUMULATORS);
             let mut h = 0;
             while h < self.heads {
                 let heads = per.min(self.heads - h);
@@ -157,26 +223,7 @@ impl WeightedSums<'_> {
                         }
                     };
                 }
-                tile!(
-                    (1, 1),
-                    (1, 2),
-                    (1, 3),
-                    (1, 4),
-                    (1, 5),
-                    (1, 6),
-                    (2, 1),
-                    (2, 2),
-                    (2, 3),
-                    (2, 4),
-                    (2, 5),
-                    (2, 6),
-                    (4, 1),
-                    (4, 2),
-                    (4, 3),
-                    (4, 4),
-                    (4, 5),
-                    (4, 6)
-                );
+                value_tiles!(tile);
                 h += heads;
             }
             c += width;

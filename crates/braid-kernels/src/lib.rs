@@ -25,6 +25,7 @@
 #[cfg(target_arch = "x86_64")]
 pub mod amx;
 pub mod attention;
+mod attention_bf16;
 mod attention_tiles;
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -107,6 +107,7 @@ fn prefill_rate(
                 sample: true,
                 all_logits: false,
                 hidden: false,
+                prompt_len: len,
             }],
             &mut kv,
             ws,
@@ -178,6 +179,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                     sample: false,
                     all_logits: false,
                     hidden: false,
+                    prompt_len: opts.context,
                 }],
                 &mut kv,
                 &mut ws,
@@ -200,6 +202,7 @@ pub fn run(m: &LoadedModel, opts: &EngineBenchOptions) -> crate::Result<EngineBe
                     sample: true,
                     all_logits: false,
                     hidden: false,
+                    prompt_len: opts.context,
                 })
                 .collect();
             let t = Instant::now();

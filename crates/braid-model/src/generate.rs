@@ -68,6 +68,7 @@ pub fn generate(
             sample: end == prompt.len(),
             all_logits: false,
             hidden: false,
+            prompt_len: prompt.len(),
         };
         let out = m.model.forward(&[entry], &mut kv, &mut ws)?;
         if entry.sample {
@@ -93,6 +94,7 @@ pub fn generate(
             sample: true,
             all_logits: false,
             hidden: false,
+            prompt_len: prompt.len(),
         };
         logits = m.model.forward(&[entry], &mut kv, &mut ws)?.to_vec();
         pos += 1;

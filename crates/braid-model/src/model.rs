@@ -44,6 +44,9 @@ pub struct BatchEntry<'a> {
     /// Whether every row's final hidden state (after the output norm) is wanted, to be pooled
     /// into an embedding ([`Model::forward_with_hidden`]).
     pub hidden: bool,
+    /// The request's prompt length: rows at positions below it are the prompt's, whose
+    /// attention is computed in bf16 ([`GroupTask::bf16`]), and the rest generated ones.
+    pub prompt_len: usize,
 }
 
 impl BatchEntry<'_> {
@@ -55,6 +58,20 @@ impl BatchEntry<'_> {
             (false, true) => 1,
             (false, false) => 0,
         }
+    }
+
+    /// The entry's rows in attention tiles of at most [`ROW_TILE`]: `(first row, rows, bf16)`,
+    /// the prompt's rows and the generated ones never in one tile.
+    fn attention_tiles(&self) -> impl Iterator<Item = (usize, usize, bool)> {
+        let n = self.tokens.len();
+        let prompt = self.prompt_len.saturating_sub(self.start).min(n);
+        [(0, prompt, true), (prompt, n, false)]
+            .into_iter()
+            .flat_map(|(from, to, bf16)| {
+                (from..to)
+                    .step_by(ROW_TILE)
+                    .map(move |t| (t, ROW_TILE.min(to - t), bf16))
+            })
     }
 }
 
@@ -361,10 +378,7 @@ impl Model {
         let c = &self.config;
         let (q_w, d) = (c.q_width(), c.head_dim);
         let group = c.num_heads / c.num_kv_heads;
-        let tiles: usize = batch
-            .iter()
-            .map(|e| e.tokens.len().div_ceil(ROW_TILE))
-            .sum();
+        let tiles: usize = batch.iter().map(|e| e.attention_tiles().count()).sum();
         let threads = rayon::current_num_threads();
         let bs = kv.block_size();
         let plen = partial_len(d);
@@ -380,8 +394,7 @@ impl Model {
         let mut split_tiles = Vec::new();
         let mut row = 0;
         for e in batch {
-            for tile in (0..e.tokens.len()).step_by(ROW_TILE) {
-                let rows = ROW_TILE.min(e.tokens.len() - tile);
+            for (tile, rows, bf16) in e.attention_tiles() {
                 let start = e.start + tile;
                 let n_parts = parts_for(start + rows - 1, bs);
                 // A sliding window skips the partitions wholly before the tile's first row's.
@@ -397,6 +410,7 @@ impl Model {
                     parts,
                     split,
                     window,
+                    bf16,
                 };
                 if few && n_parts - first > 1 {
                     let step = (n_parts - first).div_ceil(per_tile);

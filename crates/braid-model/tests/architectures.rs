@@ -80,6 +80,7 @@ fn braid_steps(m: &LoadedModel, prompt: &[u32], generated: &[u32]) -> Vec<Vec<f3
             sample: true,
             all_logits: false,
             hidden: false,
+            prompt_len: prompt.len(),
         };
         let logits = m
             .model

@@ -36,6 +36,7 @@ fn logits(path: &Path) -> (Vec<Vec<f32>>, Vec<&'static str>) {
             sample: true,
             all_logits: false,
             hidden: false,
+            prompt_len: prompt.len(),
         };
         m.model
             .forward(&[entry], &mut kv, &mut ws)

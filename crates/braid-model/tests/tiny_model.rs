@@ -114,6 +114,7 @@ fn prompt_longer_than_the_context_is_an_error() {
             sample: true,
             all_logits: false,
             hidden: false,
+            prompt_len: 520,
         }],
         &mut kv,
         &mut ws,
@@ -127,6 +128,7 @@ fn prompt_longer_than_the_context_is_an_error() {
             sample: true,
             all_logits: false,
             hidden: false,
+            prompt_len: 40,
         }],
         &mut kv,
         &mut ws,
@@ -176,6 +178,7 @@ fn forward_matches_candle_transformers_reference() {
                 sample: true,
                 all_logits: false,
                 hidden: false,
+                prompt_len: tokens.len(),
             }],
             &mut kv,
             &mut Workspace::default(),
@@ -222,6 +225,7 @@ fn batch_composition_does_not_change_a_single_bit() {
                         sample: true,
                         all_logits: false,
                         hidden: false,
+                        prompt_len: p.len(),
                     }],
                     &mut kv,
                     &mut Workspace::default(),
@@ -244,6 +248,7 @@ fn batch_composition_does_not_change_a_single_bit() {
             sample: true,
             all_logits: false,
             hidden: false,
+            prompt_len: p.len(),
         })
         .collect();
     let batched = m

@@ -14,7 +14,10 @@
 //! its cached prefix, shared by reference count, and its `num_computed` starts after them.
 //! The walk stops one token short of the end, because the last token must be fed to get the
 //! logits the first sample is drawn from. Blocks filled by generated tokens are registered
-//! too, so a chat's next turn (previous prompt + answer + new message) hits all of it.
+//! too, so a chat's next turn (previous prompt + answer + new message) hits all of it. Those
+//! positions were computed as generated rows, in f32, where a cold read of the next turn would
+//! compute them as prompt rows, in bf16 (`braid_kernels::attention::GroupTask::bf16`): reusing
+//! an answer is worth the last bits it can change.
 //!
 //! `H` is SipHash under two random per-process keys, giving 128 bits: a collision would
 //! silently hand a sequence someone else's K/V, so the key is wide enough never to collide
