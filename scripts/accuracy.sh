@@ -2,6 +2,8 @@
 # The accuracy gate (docs/ACCURACY.md): braid's greedy text against the exact model, compared
 # with llama.cpp's own quantized run against the same exact model.
 #   LLAMA_BIN=dir/with/llama-server+llama-quantize scripts/accuracy.sh [MODEL]
+# PROMPTS=scripts/accuracy-long-prompts.json TAG=.long CTX=8192 runs the long-prompt check (prompts of
+# 1,500-3,500 tokens, where a prompt's bf16 attention matters most) into docs/accuracy/<model>.long.*.
 # The exact model is `llama-quantize --allow-requantize MODEL F32-FILE F32`, written once
 # into ${ACCURACY_CACHE:-~/.cache/braid-accuracy}. The three servers run one after another on
 # 127.0.0.1, each with THREADS threads; the scores and every continuation go to
@@ -12,6 +14,9 @@ MODEL=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 : "${LLAMA_BIN:?set LLAMA_BIN to the bin directory of a llama.cpp build (llama-server, llama-quantize)}"
 BRAID=${BRAID:-target/release/braid}
 THREADS=${THREADS:-2}
+PROMPTS=${PROMPTS:-scripts/accuracy-prompts.json}
+CTX=${CTX:-2048}
+TAG=${TAG:-}
 CACHE=${ACCURACY_CACHE:-$HOME/.cache/braid-accuracy}
 NAME=$(basename "$MODEL" .gguf)
 EXACT="$CACHE/$NAME.F32.gguf"
@@ -33,8 +38,8 @@ start() {  # PORT, then the server command
   echo "accuracy: the server on port $port did not become ready (see $CACHE/server-$port.log)" >&2
   exit 1
 }
-start 18301 "$LLAMA_BIN/llama-server" -m "$EXACT" --host 127.0.0.1 --port 18301 -t "$THREADS" -c 2048 -np 1
-start 18302 "$LLAMA_BIN/llama-server" -m "$MODEL" --host 127.0.0.1 --port 18302 -t "$THREADS" -c 2048 -np 1
+start 18301 "$LLAMA_BIN/llama-server" -m "$EXACT" --host 127.0.0.1 --port 18301 -t "$THREADS" -c "$CTX" -np 1
+start 18302 "$LLAMA_BIN/llama-server" -m "$MODEL" --host 127.0.0.1 --port 18302 -t "$THREADS" -c "$CTX" -np 1
 start 18303 "$BRAID" serve --model "$MODEL" --host 127.0.0.1 --port 18303 --threads "$THREADS"
 {
   echo "model: $MODEL ($(sha256sum "$MODEL" | cut -c1-12)); exact: F32 from llama-quantize"
@@ -43,5 +48,5 @@ start 18303 "$BRAID" serve --model "$MODEL" --host 127.0.0.1 --port 18303 --thre
   echo "cpu: $(lscpu | grep -E '^Model name:' | cut -d: -f2 | xargs), family $(lscpu | grep -E '^CPU family:' | cut -d: -f2 | xargs) model $(lscpu | grep -E '^Model:' | cut -d: -f2 | xargs)"
   echo
   python3 scripts/accuracy.py --exact http://127.0.0.1:18301 --llama http://127.0.0.1:18302 \
-    --braid http://127.0.0.1:18303 --prompts scripts/accuracy-prompts.json --json "$OUT/$NAME.json"
-} | tee "$OUT/$NAME.txt"
+    --braid http://127.0.0.1:18303 --prompts "$PROMPTS" --json "$OUT/$NAME$TAG.json"
+} | tee "$OUT/$NAME$TAG.txt"
