@@ -44,7 +44,7 @@ start 18303 "$BRAID" serve --model "$MODEL" --host 127.0.0.1 --port 18303 --thre
 {
   echo "model: $MODEL ($(sha256sum "$MODEL" | cut -c1-12)); exact: F32 from llama-quantize"
   echo "llama.cpp: $("$LLAMA_BIN/llama-server" --version 2>&1 | grep -m1 version || true)"
-  echo "braid: $(git rev-parse --short HEAD), kernel $("$BRAID" info --json --model "$MODEL" | python3 -c 'import json,sys; print(json.load(sys.stdin)["kernel"])')"
+  echo "braid: $BRAID of $(git describe --always --dirty), kernel $("$BRAID" info --json --model "$MODEL" | python3 -c 'import json,sys; print(json.load(sys.stdin)["kernel"])')"
   echo "cpu: $(lscpu | grep -E '^Model name:' | cut -d: -f2 | xargs), family $(lscpu | grep -E '^CPU family:' | cut -d: -f2 | xargs) model $(lscpu | grep -E '^Model:' | cut -d: -f2 | xargs)"
   echo
   python3 scripts/accuracy.py --exact http://127.0.0.1:18301 --llama http://127.0.0.1:18302 \
