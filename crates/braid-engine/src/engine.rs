@@ -627,7 +627,9 @@ impl Engine {
                 sample: c.sample && !pooled,
                 all_logits: (c.all_logits || c.drafted > 0) && !pooled,
                 hidden: pooled,
-                prompt_len: seq.prompt_len,
+                // A prompt read to be scored (echo, prompt_logprobs, a pooled text) is computed
+                // in f32 throughout, as generation computes the tokens it scores.
+                prompt_len: if seq.score_prompt { 0 } else { seq.prompt_len },
             });
         }
         // Where each chunk's logits start, and the rows each sampled chunk samples from: a

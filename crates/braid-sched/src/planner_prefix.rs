@@ -93,7 +93,9 @@ impl Scheduler {
     }
 
     /// Registers `id`'s blocks that are now full and computed (after a commit). A block whose
-    /// contents another block already caches stays private to `id`.
+    /// contents another block already caches stays private to `id`, and so do the blocks of a
+    /// scored prompt: those are computed as generation computes (f32, every row), where a
+    /// prompt read for generation computes its rows in bf16.
     pub(super) fn register_computed_blocks(&mut self, id: SeqId) {
         if !self.cfg.prefix_caching {
             return;
@@ -102,7 +104,7 @@ impl Scheduler {
         let Some(seq) = self.seqs.get_mut(&id) else {
             return;
         };
-        if !seq.is_running() {
+        if !seq.is_running() || seq.score_prompt {
             return;
         }
         let full = seq.num_computed / bs;

@@ -81,6 +81,26 @@ fn a_scored_prompt_wants_every_rows_logits_in_bounded_slices_and_skips_the_prefi
     assert!(!cached.all_logits && cached.start > 0, "{cached:?}");
 }
 
+/// A scored prompt's rows are computed as generation computes them (f32), a prompt read for
+/// generation's in bf16: its blocks must not be handed to one.
+#[test]
+fn a_scored_prompt_leaves_nothing_in_the_prefix_cache() {
+    let mut c = cfg(64);
+    c.prefix_caching = true;
+    c.max_batched_tokens = 256;
+    c.max_model_len = 256;
+    let mut s = Scheduler::new(c);
+    let prompt: Vec<u32> = (0..40).map(|t| t % 50).collect();
+    s.add(1, prompt.clone(), 1, 0.0);
+    s.score_prompt(1);
+    run_to_idle(&mut s);
+    s.add(2, prompt, 1, 1.0);
+    let plan = s.plan(2.0);
+    let read = plan.chunks.iter().find(|c| c.seq == 2).unwrap();
+    assert_eq!(read.start, 0, "{read:?}");
+    assert_eq!(plan.prefix_cache.hits, 0);
+}
+
 #[test]
 fn a_choice_sharing_a_prompt_waits_for_it_then_starts_from_the_cached_blocks() {
     let mut c = cfg(64);
