@@ -26,8 +26,6 @@
 //! float-to-int cast (`cargo bench -p braid-kernels --bench attention`).
 
 use crate::attention_bf16::{self, FmaScores, FmaValues, PairedSums, ScoreRun};
-#[cfg(target_arch = "x86_64")]
-use crate::attention_bf16::{NativeScores, NativeValues};
 use crate::attention_tiles::{
     blocks_together, prev_power_of_two, queries_together, read16, score_tiles, scores16,
     WeightedSums, LANES, MAX_RUN,
@@ -342,27 +340,17 @@ unsafe fn attend<L: Lanes, Q, O>(
                     scores: &mut s.scores[at..],
                     stride: part_len,
                 };
-                // SAFETY: the rounded queries hold every (row, head) of the task and the keys
-                // `nb` blocks; `scores` holds each reader's `part_len` scores from `at`; the
-                // caller vouches for `L`'s features, and for AVX-512 BF16 where `native`.
-                unsafe {
-                    #[cfg(target_arch = "x86_64")]
-                    if native {
-                        let tile = NativeScores {
-                            queries: &s.query_pairs,
-                            keys: &s.pairs,
-                            d,
-                        };
-                        run.run_native(&tile);
-                        b += nb;
-                        continue;
-                    }
-                    run.run(&FmaScores {
-                        queries: &s.queries,
-                        keys: &s.wide,
-                        d,
-                    });
-                }
+                let fma = FmaScores {
+                    queries: &s.queries,
+                    keys: &s.wide,
+                    d,
+                };
+                let pairs = native.then_some((&s.query_pairs[..], &s.pairs[..]));
+                // SAFETY: the rounded queries (and their pairs where `native`) hold every
+                // (row, head) of the task and the keys `nb` blocks; `scores` holds each
+                // reader's `part_len` scores from `at`; the caller vouches for `L`'s features,
+                // and for AVX-512 BF16 where `native`.
+                unsafe { run.run_either(&fma, pairs) };
                 b += nb;
                 continue;
             }
@@ -527,29 +515,20 @@ unsafe fn attend<L: Lanes, Q, O>(
                         pairs,
                         d,
                     };
+                    let fma = FmaValues {
+                        weights: &s.scores[row * g * part_len + at..],
+                        stride: part_len,
+                        values: &s.wide,
+                        d,
+                    };
+                    let pairs = native.then(|| {
+                        let weights = &s.weight_pairs[(row * g * part_len + at) / 2..];
+                        (weights, &s.pairs[..])
+                    });
                     // SAFETY: the weights of every (row, head) are masked and rounded (and
                     // paired where `native`) and the block's values rounded (and paired); the
                     // caller vouches for `L`'s features, and for AVX-512 BF16 where `native`.
-                    unsafe {
-                        #[cfg(target_arch = "x86_64")]
-                        if native {
-                            sums.run_native(&NativeValues {
-                                weights: &s.weight_pairs[row * g * part_len / 2 + at / 2..],
-                                stride: part_len / 2,
-                                values: &s.pairs,
-                                d,
-                            });
-                            row += same;
-                            continue;
-                        }
-                        let tile = FmaValues {
-                            weights: &s.scores[row * g * part_len + at..],
-                            stride: part_len,
-                            values: &s.wide,
-                            d,
-                        };
-                        sums.run(&tile, L::ACCUMULATORS);
-                    }
+                    unsafe { sums.run_either(&fma, L::ACCUMULATORS, pairs) };
                     row += same;
                 }
                 continue;

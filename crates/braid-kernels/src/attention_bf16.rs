@@ -296,6 +296,31 @@ impl ScoreRun<'_> {
         // SAFETY: our caller's promise.
         unsafe { self.run(tile) }
     }
+
+    /// [`ScoreRun::run_native`] on `native`'s (query pairs, key pairs) where given, else
+    /// [`ScoreRun::run`] on `fma`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX-512 BF16 where `native` is given; otherwise as for
+    /// [`ScoreRun::run`], for the tile that runs.
+    #[inline(always)]
+    pub(crate) unsafe fn run_either(self, fma: &FmaScores, native: Option<(&[u32], &[u32])>) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some((queries, keys)) = native {
+            let tile = NativeScores {
+                queries,
+                keys,
+                d: fma.d,
+            };
+            // SAFETY: our caller's promise.
+            return unsafe { self.run_native(&tile) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = native;
+        // SAFETY: our caller's promise.
+        unsafe { self.run(fma) }
+    }
 }
 
 /// The value pass of one block for consecutive readers (a row's heads, then the next row's):
@@ -475,6 +500,37 @@ impl PairedSums<'_> {
     pub(crate) unsafe fn run_native(self, tile: &NativeValues) {
         // SAFETY: our caller's promise.
         unsafe { self.run(tile, 24) }
+    }
+
+    /// [`PairedSums::run_native`] on `native`'s (weight pairs, value pairs) where given, the
+    /// weight pairs at half `fma`'s stride, else [`PairedSums::run`] on `fma`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX-512 BF16 where `native` is given; otherwise as for
+    /// [`PairedSums::run`], for the tile that runs.
+    #[inline(always)]
+    pub(crate) unsafe fn run_either(
+        self,
+        fma: &FmaValues,
+        accumulators: usize,
+        native: Option<(&[u32], &[u32])>,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some((weights, values)) = native {
+            let tile = NativeValues {
+                weights,
+                stride: fma.stride / 2,
+                values,
+                d: fma.d,
+            };
+            // SAFETY: our caller's promise.
+            return unsafe { self.run_native(&tile) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = native;
+        // SAFETY: our caller's promise.
+        unsafe { self.run(fma, accumulators) }
     }
 }
 
