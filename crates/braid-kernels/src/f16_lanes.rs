@@ -35,6 +35,29 @@ pub trait Lanes {
     unsafe fn dequantize16(quants: &[i8; 16], scales: &[f32; 16]) -> [f32; 16] {
         std::array::from_fn(|i| quants[i] as f32 * scales[i])
     }
+
+    /// A block of 32 activations as int8 ([`crate::QuantizedRows`]): the scale `d` (the
+    /// largest magnitude over 127), each value times `1 / d` rounded half away from zero
+    /// and held to ±127 (NaN to 0, as a cast gives), and their sum. Written here as the
+    /// reference; a set's own version must give the same bits (the compiler left this loop
+    /// scalar: its saturating cast and its `round` do not vectorize).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Lanes::widen16`].
+    #[inline(always)]
+    unsafe fn quantize32(vals: &[f32; 32], qs: &mut [i8; 32]) -> (f32, i32) {
+        let amax = vals.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let mut total = 0i32;
+        for (q, v) in qs.iter_mut().zip(vals) {
+            let qi = (v * inv).round().clamp(-127.0, 127.0) as i32;
+            *q = qi as i8;
+            total += qi;
+        }
+        (d, total)
+    }
 }
 
 /// Lane by lane with integer steps ([`f16_to_f32`]), which the compiler vectorizes for any
@@ -101,6 +124,74 @@ impl Lanes for Avx512Lanes {
         }
         out
     }
+
+    #[inline(always)]
+    unsafe fn quantize32(vals: &[f32; 32], qs: &mut [i8; 32]) -> (f32, i32) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller vouches for AVX-512F/BW/VL; the loads read exactly `vals` and
+        // the stores write exactly `qs`, unaligned.
+        unsafe {
+            let halves = [
+                _mm512_loadu_ps(vals.as_ptr()),
+                _mm512_loadu_ps(vals.as_ptr().add(16)),
+            ];
+            // `max` with the running maximum second: `vmaxps` returns its second operand
+            // where either is NaN, so a NaN is passed over, as `f32::max` does; the lanes
+            // then hold no NaN, and their maximum is exact in any order.
+            let abs = |v| _mm512_abs_ps(v);
+            let lanes = _mm512_max_ps(
+                abs(halves[1]),
+                _mm512_max_ps(abs(halves[0]), _mm512_setzero_ps()),
+            );
+            let amax = _mm512_reduce_max_ps(lanes);
+            let d = amax / 127.0;
+            let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            let mut total = _mm512_setzero_si512();
+            for (h, v) in halves.into_iter().enumerate() {
+                let q = round_clamp_512(_mm512_mul_ps(v, inv));
+                total = _mm512_add_epi32(total, q);
+                _mm_storeu_si128(
+                    qs.as_mut_ptr().add(16 * h) as *mut __m128i,
+                    _mm512_cvtepi32_epi8(q),
+                );
+            }
+            (d, _mm512_reduce_add_epi32(total))
+        }
+    }
+}
+
+/// `round().clamp(-127.0, 127.0) as i32` on 16 lanes: truncate, step one away from zero
+/// where the dropped fraction is at least a half (`round`'s rule), clamp, and give NaN lanes 0.
+///
+/// # Safety
+///
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round_clamp_512(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512i {
+    use std::arch::x86_64::*;
+    // SAFETY: register operations only, with the features the caller vouches for.
+    unsafe {
+        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+        let half_or_more = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(
+            _mm512_abs_ps(_mm512_sub_ps(x, t)),
+            _mm512_set1_ps(0.5),
+        );
+        // ±1 with `x`'s sign, by integer operations: the float `or` is AVX-512DQ's, which
+        // the entry point does not enable, and it was then a call rather than an instruction.
+        let sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN));
+        let one = _mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_castps_si512(_mm512_set1_ps(1.0)),
+            sign,
+        ));
+        let r = _mm512_mask_add_ps(t, half_or_more, t, one);
+        let r = _mm512_min_ps(
+            _mm512_max_ps(r, _mm512_set1_ps(-127.0)),
+            _mm512_set1_ps(127.0),
+        );
+        let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x);
+        _mm512_maskz_cvttps_epi32(ordered, r)
+    }
 }
 
 /// Two F16C `vcvtph2ps` on 256-bit vectors.
@@ -150,6 +241,74 @@ impl Lanes for F16cLanes {
             }
         }
         out
+    }
+
+    #[inline(always)]
+    unsafe fn quantize32(vals: &[f32; 32], qs: &mut [i8; 32]) -> (f32, i32) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller vouches for AVX2; the loads read exactly `vals` and the store
+        // writes exactly `qs`, unaligned.
+        unsafe {
+            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(vals.as_ptr().add(8 * i)));
+            let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
+            // The running maximum second, as in the AVX-512 version: NaNs are passed over.
+            let mut lanes = _mm256_setzero_ps();
+            for v in v {
+                lanes = _mm256_max_ps(_mm256_and_ps(v, abs_mask), lanes);
+            }
+            let m = _mm_max_ps(
+                _mm256_castps256_ps128(lanes),
+                _mm256_extractf128_ps::<1>(lanes),
+            );
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+            let amax = _mm_cvtss_f32(m);
+            let d = amax / 127.0;
+            let inv = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+            let q = v.map(|v| round_clamp_256(_mm256_mul_ps(v, inv)));
+            let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s = _mm_add_epi32(
+                _mm256_castsi256_si128(sum),
+                _mm256_extracti128_si256::<1>(sum),
+            );
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+            // The packs interleave 128-bit lanes; the permutation puts the 32 bytes back in order.
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes =
+                _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(qs.as_mut_ptr() as *mut __m256i, bytes);
+            (d, _mm_cvtsi128_si32(s))
+        }
+    }
+}
+
+/// [`round_clamp_512`] on 8 lanes, with AVX2's compares and blends for the masks.
+///
+/// # Safety
+///
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn round_clamp_256(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: register operations only, with the features the caller vouches for.
+    unsafe {
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
+        let frac = _mm256_and_ps(_mm256_sub_ps(x, t), abs_mask);
+        let half_or_more = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, _mm256_set1_ps(0.5));
+        let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_andnot_ps(abs_mask, x));
+        let r = _mm256_add_ps(t, _mm256_and_ps(one, half_or_more));
+        let r = _mm256_min_ps(
+            _mm256_max_ps(r, _mm256_set1_ps(-127.0)),
+            _mm256_set1_ps(127.0),
+        );
+        let ordered = _mm256_cmp_ps::<_CMP_ORD_Q>(x, x);
+        _mm256_cvttps_epi32(_mm256_and_ps(r, ordered))
     }
 }
 
