@@ -22,6 +22,7 @@
 //! operations on every path, with fused multiply-adds where the source says `mul_add`. The
 //! tests compare each path the CPU has to the portable one bit for bit.
 
+mod activation_quantizer;
 #[cfg(target_arch = "x86_64")]
 pub mod amx;
 pub mod attention;
