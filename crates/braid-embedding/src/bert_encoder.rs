@@ -12,8 +12,8 @@
 //! operations. The vectors stay at cosine 0.99998 of the float model or closer (the tests
 //! hold this forward to candle's, and the end-to-end tests to an independent reference).
 
-use braid_kernels::attention::exp_approx;
 use braid_kernels::bf16::{matmul_bf16, Bf16Rows, Bf16Weight};
+use braid_kernels::exponential::exp_approx;
 use braid_kernels::parallel_rows::for_rows;
 use braid_kernels::{FloatLoops, Lanes, SendPtr};
 use candle_core::Tensor;
@@ -214,9 +214,12 @@ impl BertEncoder {
         layer.intermediate.apply(&s.rounded, &mut s.ffn);
         let ffn = layer.intermediate.bias.len();
         let kernel = braid_kernels::active();
-        for_rows(&mut s.ffn, ffn, |_, row| {
-            kernel.run_float_loops(GeluRow(row))
-        });
+        for_rows(
+            &mut s.ffn,
+            ffn,
+            #[inline(always)]
+            |_, row| kernel.run_float_loops(GeluRow(row)),
+        );
         s.rounded.round(&s.ffn, rows, ffn);
         layer.output.apply(&s.rounded, &mut s.projected);
         layer.output_norm.apply(x, Some(&s.projected), h, self.eps);
@@ -329,11 +332,16 @@ impl Linear {
         let n = self.weight.n();
         out.resize(x.rows() * n, 0.0);
         matmul_bf16(x, &self.weight, out);
-        for_rows(out, n, |_, row| {
-            for (o, b) in row.iter_mut().zip(&self.bias) {
-                *o += b;
-            }
-        });
+        for_rows(
+            out,
+            n,
+            #[inline(always)]
+            |_, row| {
+                for (o, b) in row.iter_mut().zip(&self.bias) {
+                    *o += b;
+                }
+            },
+        );
     }
 }
 
@@ -342,19 +350,24 @@ impl LayerNorm {
     /// `residual` if there is one, as candle-nn's `LayerNorm` does: the mean, then the mean
     /// square of the differences, in f32.
     fn apply(&self, x: &mut [f32], residual: Option<&[f32]>, dim: usize, eps: f32) {
-        for_rows(x, dim, |r, row| {
-            if let Some(residual) = residual {
-                for (v, y) in row.iter_mut().zip(&residual[r * dim..]) {
-                    *v += y;
+        for_rows(
+            x,
+            dim,
+            #[inline(always)]
+            |r, row| {
+                if let Some(residual) = residual {
+                    for (v, y) in row.iter_mut().zip(&residual[r * dim..]) {
+                        *v += y;
+                    }
                 }
-            }
-            let mean = row.iter().sum::<f32>() / dim as f32;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / dim as f32;
-            let inv = 1.0 / (var + eps).sqrt();
-            for ((v, w), b) in row.iter_mut().zip(&self.weight).zip(&self.bias) {
-                *v = (*v - mean) * inv * w + b;
-            }
-        });
+                let mean = row.iter().sum::<f32>() / dim as f32;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / dim as f32;
+                let inv = 1.0 / (var + eps).sqrt();
+                for ((v, w), b) in row.iter_mut().zip(&self.weight).zip(&self.bias) {
+                    *v = (*v - mean) * inv * w + b;
+                }
+            },
+        );
     }
 }
 

@@ -30,6 +30,7 @@ use crate::attention_tiles::{
     blocks_together, prev_power_of_two, queries_together, read16, score_tiles, scores16,
     WeightedSums, LANES, MAX_RUN,
 };
+use crate::exponential::exp_approx;
 use crate::kv_pool::Q8_GROUP;
 use crate::kv_widen::{dequantize16, widen_keys, widen_values, widened_key_scales};
 use crate::{f16_to_f32, KvBlock, KvDtype, KvPool};
@@ -445,20 +446,17 @@ unsafe fn attend<L: Lanes, Q, O>(
                     partial[..2].copy_from_slice(&[f32::NEG_INFINITY, 0.0]);
                     continue;
                 }
-                let scores = &mut s.scores[(row * g + head) * part_len..][lo..seen];
-                let max = max_of(scores);
+                let reader = row * g + head;
+                let scores = &mut s.scores[reader * part_len..][..part_len];
+                let max = max_of(&scores[lo..seen]);
                 let sum = if bf16 {
-                    let sum = exp_shifted_in_place::<true>(scores, max);
-                    let reader = row * g + head;
                     let pairs = match native {
                         true => &mut s.weight_pairs[reader * part_len / 2..][..part_len / 2],
                         false => &mut [][..],
                     };
-                    let weights = &mut s.scores[reader * part_len..][..part_len];
-                    attention_bf16::mask_weights(weights, lo, seen, native, pairs);
-                    sum
+                    attention_bf16::weights(scores, lo, seen, max, native, pairs)
                 } else {
-                    exp_shifted_in_place::<false>(scores, max)
+                    exp_shifted_in_place(&mut scores[lo..seen], max)
                 };
                 partial[..2].copy_from_slice(&[max, sum]);
             }
@@ -678,63 +676,23 @@ fn max_of(xs: &[f32]) -> f32 {
 /// Replaces each `x` with `e^(x - max)` and returns their sum. Written so the compiler
 /// vectorizes it (16 lanes at a time, a polynomial instead of a libm call per score): the
 /// softmax was a third of attention's time with scalar `exp`. The sum is taken in 16 lanes,
-/// then across them in a fixed order, so it depends only on the row's length. bf16 rows'
-/// weights are rounded to bf16 before they are summed: the value pass multiplies those.
+/// then across them in a fixed order, so it depends only on the row's length. (A prompt's
+/// rows, in bf16, take [`attention_bf16::weights`].)
 #[inline(always)]
-fn exp_shifted_in_place<const BF16: bool>(xs: &mut [f32], max: f32) -> f32 {
-    let weight = |x: f32| {
-        let w = exp_approx(x - max);
-        if BF16 {
-            attention_bf16::round(w)
-        } else {
-            w
-        }
-    };
+fn exp_shifted_in_place(xs: &mut [f32], max: f32) -> f32 {
     let mut lanes = [0f32; LANES];
     let mut chunks = xs.chunks_exact_mut(LANES);
     for chunk in &mut chunks {
         for (x, l) in chunk.iter_mut().zip(lanes.iter_mut()) {
-            *x = weight(*x);
+            *x = exp_approx(*x - max);
             *l += *x;
         }
     }
     for (x, l) in chunks.into_remainder().iter_mut().zip(lanes.iter_mut()) {
-        *x = weight(*x);
+        *x = exp_approx(*x - max);
         *l += *x;
     }
     lanes.iter().sum()
-}
-
-/// `e^x` for `x <= 0` to about 2 ulp (Cephes' `expf`): `x = n·ln 2 + r`, a degree-6 polynomial
-/// in `r`, times `2^n` built from the exponent bits. Below -87 it returns ~1e-38, which is 0
-/// for a softmax.
-#[inline(always)]
-pub fn exp_approx(x: f32) -> f32 {
-    let x = x.clamp(-87.0, 0.0);
-    let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
-    let r = n.mul_add(-0.693_359_4, x);
-    let r = n.mul_add(2.121_944_4e-4, r);
-    let mut p = 1.987_569_1e-4f32;
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-        0.5,
-    ] {
-        p = p.mul_add(r, c);
-    }
-    let e = p.mul_add(r * r, r) + 1.0;
-    // 2^n from n's bits, with no float-to-int cast: a cast saturates and maps NaN to 0, which
-    // the compiler checked one lane at a time and which made the softmax a third of a long
-    // prompt's attention. `n` is a whole number in [-126, 0], so `n + 1.5·2^23` holds it in its
-    // low mantissa bits exactly, and the bits are those of `(n as i32 + 127) << 23`.
-    const WHOLE: f32 = 12_582_912.0;
-    let biased = (n + WHOLE)
-        .to_bits()
-        .wrapping_sub(WHOLE.to_bits())
-        .wrapping_add(127);
-    e * f32::from_bits(biased << 23)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 use crate::attention_tiles::{
     queries_together, read16, score_tiles, value_tile, value_tiles, LANES,
 };
+use crate::exponential::exp_approx;
 use crate::Kernel;
 
 /// Whether bf16 attention multiplies with `vdpbf16ps` under `kernel`: where the kernel runs on
@@ -90,15 +91,13 @@ pub(crate) fn round_keys(wide: &mut [f32], native: bool, pairs: &mut Vec<u32>) {
         return;
     }
     pairs.resize(wide.len() / 2, 0);
-    for (dst, dims) in pairs
-        .chunks_exact_mut(LANES)
-        .zip(wide.chunks_exact(2 * LANES))
-    {
-        let (even, odd) = dims.split_at(LANES);
-        for ((d, &e), &o) in dst.iter_mut().zip(even).zip(odd) {
-            *d = pair(round(e), round(o));
-        }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `native` is only set on CPUs with AVX-512 BF16; the sizes are the function's.
+    unsafe {
+        crate::attention_bf16_native::key_pairs(wide, pairs)
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("the instruction is x86's")
 }
 
 /// Rounds a widened value block (`[slot][dim]`, 16 slots), zeroing the slots from `written`
@@ -121,19 +120,13 @@ pub(crate) fn round_values(
         return;
     }
     pairs.resize(wide.len() / 2, 0);
-    for (p, (dst, slots)) in pairs
-        .chunks_exact_mut(d)
-        .zip(wide.chunks_exact(2 * d))
-        .enumerate()
-    {
-        let (even, odd) = slots.split_at(d);
-        let (keep_even, keep_odd) = (2 * p < written, 2 * p + 1 < written);
-        for ((d, &e), &o) in dst.iter_mut().zip(even).zip(odd) {
-            let e = if keep_even { round(e) } else { 0.0 };
-            let o = if keep_odd { round(o) } else { 0.0 };
-            *d = pair(e, o);
-        }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `native` is only set on CPUs with AVX-512 BF16; a block of 16 slots of `d`.
+    unsafe {
+        crate::attention_bf16_native::value_pairs(wide, d, written, pairs)
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("the instruction is x86's")
 }
 
 /// The slot pairs a row seeing slots `skip..skip + n` of a block sums over.
@@ -534,26 +527,48 @@ impl PairedSums<'_> {
     }
 }
 
-/// Zeroes a row's rounded weights in `weights` (one partition's scores) outside the keys it
-/// sees, `lo..seen`, within the blocks it reads, and for the instruction writes the pairs of
-/// those blocks into `pairs` (the same places, halved).
+/// The positions of a partition whose weights a row with keys `lo..seen` reads: its blocks
+/// of 16 from the one holding `lo` to the one holding `seen - 1`, within `len`.
 #[inline(always)]
-pub(crate) fn mask_weights(
-    weights: &mut [f32],
+pub(crate) fn weight_blocks(lo: usize, seen: usize, len: usize) -> (usize, usize) {
+    (lo / LANES * LANES, seen.next_multiple_of(LANES).min(len))
+}
+
+/// A row's softmax weights over one partition (`scores`, its scores there), for the keys it
+/// sees, `lo..seen`: `e^(x - max)` rounded to bf16, and zero for the other keys of the blocks
+/// it reads ([`weight_blocks`]). They replace the scores, or with the instruction go to
+/// `pairs` (the same places, halved). Returns their sum, taken in 16 lanes by position in the
+/// partition and then across the lanes in order.
+#[inline(always)]
+pub(crate) fn weights(
+    scores: &mut [f32],
     lo: usize,
     seen: usize,
+    max: f32,
     native: bool,
     pairs: &mut [u32],
-) {
-    let (first, end) = (
-        lo / LANES * LANES,
-        seen.next_multiple_of(LANES).min(weights.len()),
-    );
-    weights[first..lo].fill(0.0);
-    weights[seen..end].fill(0.0);
+) -> f32 {
     if native {
-        pairs_of(&weights[first..end], &mut pairs[first / 2..end / 2]);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `native` is only set on CPUs with AVX-512 BF16; `pairs` holds the
+        // partition's pairs.
+        return unsafe { crate::attention_bf16_native::weights(scores, lo, seen, max, pairs) };
     }
+    let (first, end) = weight_blocks(lo, seen, scores.len());
+    let mut lanes = [0f32; LANES];
+    for (block, chunk) in scores[first..end].chunks_exact_mut(LANES).enumerate() {
+        let at = first + block * LANES;
+        for (j, (x, l)) in chunk.iter_mut().zip(lanes.iter_mut()).enumerate() {
+            let w = if (lo..seen).contains(&(at + j)) {
+                round(exp_approx(*x - max))
+            } else {
+                0.0
+            };
+            *x = w;
+            *l += w;
+        }
+    }
+    lanes.iter().sum()
 }
 
 #[cfg(test)]
@@ -583,6 +598,123 @@ mod tests {
             let v = f32::from_bits(b);
             let want = bf16_to_f32(to_bf16(v));
             assert_eq!(round(v).to_bits(), want.to_bits(), "{b:#x}");
+        }
+    }
+
+    /// Floats that test a rounding: random ones over a wide range, ties to even both ways,
+    /// subnormals, zeros, infinities and NaN.
+    fn awkward_floats(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed;
+        let specials = [
+            1.0 + 2f32.powi(-8),
+            1.0 + 3.0 * 2f32.powi(-8),
+            -(1.0 + 2f32.powi(-8)),
+            1e-40,
+            -1e-40,
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MAX,
+        ];
+        (0..n)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                if i % 7 == 3 {
+                    specials[(x as usize) % specials.len()]
+                } else {
+                    (x as f32 / u32::MAX as f32 - 0.5) * 2f32.powi((x % 24) as i32 - 12)
+                }
+            })
+            .collect()
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_instruction_gives_the_portable_bits() {
+        if !crate::cpu_has("avx512bf16") {
+            eprintln!("skipped: this CPU has no AVX-512 BF16");
+            return;
+        }
+        let pair_floats = |p: &[u32]| -> Vec<f32> {
+            p.iter()
+                .flat_map(|&w| [f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000)])
+                .collect()
+        };
+
+        // Softmax weights: one partition's scores, some NaN, for rows that see all of it, a
+        // little, or a window's end.
+        let mut scores = awkward_floats(256, 7);
+        scores.iter_mut().for_each(|x| *x = x.clamp(-40.0, 40.0));
+        scores[40] = f32::NAN;
+        for (lo, seen) in [
+            (0, 256),
+            (0, 1),
+            (0, 17),
+            (5, 200),
+            (16, 32),
+            (31, 33),
+            (255, 256),
+            (41, 120),
+        ] {
+            let max = scores[lo..seen]
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let mut portable = scores.clone();
+            let want = weights(&mut portable, lo, seen, max, false, &mut []);
+            let mut pairs = vec![0u32; 128];
+            let got = weights(&mut scores.clone(), lo, seen, max, true, &mut pairs);
+            assert!(
+                same(got, want),
+                "sum over {lo}..{seen}: {got} against {want}"
+            );
+            let (first, end) = weight_blocks(lo, seen, 256);
+            let (got, want) = (
+                pair_floats(&pairs[first / 2..end / 2]),
+                &portable[first..end],
+            );
+            for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    same(*g, *w),
+                    "weight {} over {lo}..{seen}: {g} against {w}",
+                    first + i
+                );
+            }
+        }
+
+        // Keys, four blocks of 64 dimensions.
+        let keys = awkward_floats(4 * 64 * LANES, 11);
+        let mut portable = keys.clone();
+        round_keys(&mut portable, false, &mut Vec::new());
+        let mut pairs = Vec::new();
+        round_keys(&mut keys.clone(), true, &mut pairs);
+        let mut want = Vec::new();
+        for dims in portable.chunks_exact(2 * LANES) {
+            let (even, odd) = dims.split_at(LANES);
+            want.extend(even.iter().zip(odd).map(|(&e, &o)| pair(e, o)));
+        }
+        assert_eq!(pairs, want, "keys");
+
+        // Values, a block of 16 slots of 64, written up to each place a sequence can end.
+        let values = awkward_floats(LANES * 64, 13);
+        for written in [0, 1, 2, 7, 15, 16, 40] {
+            let mut portable = values.clone();
+            round_values(&mut portable, 64, written, false, &mut Vec::new());
+            let mut pairs = Vec::new();
+            round_values(&mut values.clone(), 64, written, true, &mut pairs);
+            let mut want = Vec::new();
+            for slots in portable.chunks_exact(2 * 64) {
+                let (even, odd) = slots.split_at(64);
+                want.extend(even.iter().zip(odd).map(|(&e, &o)| pair(e, o)));
+            }
+            assert_eq!(pairs, want, "values written to {written}");
         }
     }
 }

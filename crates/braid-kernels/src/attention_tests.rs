@@ -40,43 +40,6 @@ fn max_of_is_the_folded_maximum() {
 }
 
 #[test]
-fn exp_approx_is_within_a_few_ulp() {
-    for i in 0..=100_000 {
-        let x = -90.0 * i as f32 / 100_000.0;
-        let (got, want) = (exp_approx(x), x.exp());
-        if x < -87.0 {
-            assert!(got < 1.7e-38, "e^{x}: {got}");
-        } else {
-            assert!(
-                ((got - want) / want).abs() < 4.0 * f32::EPSILON,
-                "e^{x}: {got} vs {want}"
-            );
-        }
-    }
-    assert_eq!(exp_approx(0.0), 1.0);
-}
-
-/// The power of two is built from the bits of `n + 1.5·2^23`; it must be the one a cast
-/// of `n` to an integer gives, for every `n` the clamped input reaches.
-#[test]
-fn exp_approx_scales_by_the_cast_power_of_two() {
-    for n in -126..=0 {
-        let x = n as f32 * std::f32::consts::LN_2;
-        let n = (x.clamp(-87.0, 0.0) * std::f32::consts::LOG2_E + 0.5).floor();
-        let by_cast = f32::from_bits(((n as i32 + 127) << 23) as u32);
-        let whole = 12_582_912f32;
-        let by_bits = f32::from_bits(
-            (n + whole)
-                .to_bits()
-                .wrapping_sub(whole.to_bits())
-                .wrapping_add(127)
-                << 23,
-        );
-        assert_eq!(by_bits.to_bits(), by_cast.to_bits(), "2^{n}");
-    }
-}
-
-#[test]
 fn matches_two_pass_softmax_and_ignores_tiling() {
     for shape in SHAPES {
         for bf16 in [false, true] {

@@ -27,6 +27,8 @@ mod activation_quantizer;
 pub mod amx;
 pub mod attention;
 mod attention_bf16;
+#[cfg(target_arch = "x86_64")]
+mod attention_bf16_native;
 mod attention_tiles;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -34,6 +36,7 @@ mod avx2;
 mod avx512;
 mod awake_threads;
 pub mod bf16;
+pub mod exponential;
 mod f16_lanes;
 #[cfg(test)]
 mod format_checks;

@@ -21,25 +21,32 @@ pub fn rows_per_task(rows: usize) -> usize {
 }
 
 /// `f(row, out_row)` for each `width`-wide row of `out`, over the compute threads when there
-/// are many rows. Each row is computed alike either way.
+/// are many rows. Each row is computed alike either way. Mark `f` `#[inline(always)]`: it is
+/// called from two places, so the compiler may otherwise keep a large one as a function of its
+/// own, compiled for the baseline (SiLU's exponential ran as library calls to `fmaf`).
 #[inline(always)]
 pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     let rows = out.len() / width;
     if rows < PARALLEL_ROWS {
-        out.chunks_exact_mut(width)
-            .enumerate()
-            .for_each(|(r, o)| f(r, o));
+        // A `for` loop: `for_each` is a fold, which the compiler kept out of line, compiled
+        // for the baseline, with `f` inside it.
+        for (r, o) in out.chunks_exact_mut(width).enumerate() {
+            f(r, o);
+        }
         return;
     }
     let per_task = rows_per_task(rows);
     out.par_chunks_mut(per_task * width)
         .enumerate()
         .for_each(|(task, chunk)| {
-            in_float_loops(|| {
-                for (i, o) in chunk.chunks_exact_mut(width).enumerate() {
-                    f(task * per_task + i, o);
-                }
-            })
+            in_float_loops(
+                #[inline(always)]
+                || {
+                    for (i, o) in chunk.chunks_exact_mut(width).enumerate() {
+                        f(task * per_task + i, o);
+                    }
+                },
+            )
         });
 }
 
