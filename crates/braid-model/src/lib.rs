@@ -6,6 +6,7 @@
 //! constraints) in braid-text; this crate puts a model together from them. It knows nothing
 //! of requests, queues or HTTP: the scheduler decides what a step holds.
 
+mod activations;
 pub mod architecture;
 pub mod config;
 pub mod engine_bench;
@@ -15,6 +16,7 @@ mod gguf_bounds;
 pub mod hub;
 pub mod kernel_comparison;
 pub mod model;
+mod rms_norm;
 pub mod rope;
 pub mod sampling;
 #[cfg(any(test, feature = "test-util"))]

@@ -8,8 +8,10 @@
 //! largest matrix of a small model, and a prompt slice needs only its last row, if any, unless
 //! its prompt is being scored (`echo` with `logprobs`), which wants every row.
 
+use crate::activations::{gelu_tanh, silu};
 use crate::config::{Activation, ModelConfig};
 use crate::error::{ModelError, Result};
+use crate::rms_norm::{rms_norm_in_place, rms_norm_rows};
 use crate::rope::Rope;
 use crate::weights::Weights;
 use braid_kernels::attention::{
@@ -253,20 +255,25 @@ impl Model {
                 (Some(_), Some(local)) => local,
                 _ => &self.rope,
             };
-            for_rows(&mut ws.qkv, qkv_w, |row, r| {
-                let pos = ws.positions[row];
-                if let Some(bias) = &layer.qkv_bias {
-                    add_in_place(r, bias);
-                }
-                let (q, rest) = r.split_at_mut(q_w);
-                let (k, _) = rest.split_at_mut(kv_w);
-                if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                    rms_norm_in_place(q, qn, c.rms_eps);
-                    rms_norm_in_place(k, kn, c.rms_eps);
-                }
-                rope.apply(q, pos);
-                rope.apply(k, pos);
-            });
+            for_rows(
+                &mut ws.qkv,
+                qkv_w,
+                #[inline(always)]
+                |row, r| {
+                    let pos = ws.positions[row];
+                    if let Some(bias) = &layer.qkv_bias {
+                        add_in_place(r, bias);
+                    }
+                    let (q, rest) = r.split_at_mut(q_w);
+                    let (k, _) = rest.split_at_mut(kv_w);
+                    if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                        rms_norm_in_place(q, qn, c.rms_eps);
+                        rms_norm_in_place(k, kn, c.rms_eps);
+                    }
+                    rope.apply(q, pos);
+                    rope.apply(k, pos);
+                },
+            );
             let mut row = 0;
             for e in batch {
                 for i in 0..e.tokens.len() {
@@ -293,21 +300,26 @@ impl Model {
             ws.quant.quantize(&ws.h, t, h);
             matmul(&ws.quant, &layer.gate_up, &mut ws.gate_up);
             let gate_up = &ws.gate_up;
-            for_rows(&mut ws.act, f, |r, act| {
-                let (gate, up) = gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
-                match c.activation {
-                    Activation::Silu => {
-                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                            *a = g / (1.0 + (-g).exp()) * u;
+            for_rows(
+                &mut ws.act,
+                f,
+                #[inline(always)]
+                |r, act| {
+                    let (gate, up) = gate_up[r * 2 * f..(r + 1) * 2 * f].split_at(f);
+                    match c.activation {
+                        Activation::Silu => {
+                            for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                                *a = silu(*g) * u;
+                            }
+                        }
+                        Activation::GeluTanh => {
+                            for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
+                                *a = gelu_tanh(*g) * u;
+                            }
                         }
                     }
-                    Activation::GeluTanh => {
-                        for ((a, g), u) in act.iter_mut().zip(gate).zip(up) {
-                            *a = gelu_tanh(*g) * u;
-                        }
-                    }
-                }
-            });
+                },
+            );
             ws.quant.quantize(&ws.act, t, f);
             matmul(&ws.quant, &layer.down, &mut ws.proj);
             add_residual(
@@ -513,52 +525,25 @@ impl<'w> kernels::FloatLoops for ForwardSteps<'_, 'w> {
     }
 }
 
-#[inline(always)]
-fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
-    let h = weight.len();
-    for_rows(&mut out[..x.len()], h, |r, or| {
-        let xr = &x[r * h..(r + 1) * h];
-        let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        for ((o, v), w) in or.iter_mut().zip(xr).zip(weight) {
-            *o = v * inv * w;
-        }
-    });
-}
-
-/// Normalizes each `weight.len()`-wide piece of `x` (every head of a row) in place.
-#[inline(always)]
-fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
-    let d = weight.len();
-    for xr in x.chunks_exact_mut(d) {
-        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        for (v, w) in xr.iter_mut().zip(weight) {
-            *v = *v * inv * w;
-        }
-    }
-}
-
 /// `x += y`, with `y` first normalized row by row when the family norms its sublayers'
 /// outputs (Gemma 3).
 #[inline(always)]
 fn add_residual(x: &mut [f32], y: &mut [f32], width: usize, post_norm: Option<&[f32]>, eps: f32) {
     if let Some(w) = post_norm {
-        for_rows(y, width, |_, yr| rms_norm_in_place(yr, w, eps));
+        for_rows(
+            y,
+            width,
+            #[inline(always)]
+            |_, yr| rms_norm_in_place(yr, w, eps),
+        );
     }
     let y = &*y;
-    for_rows(x, width, |r, xr| {
-        add_in_place(xr, &y[r * width..(r + 1) * width])
-    });
-}
-
-/// GELU with the tanh approximation, written as `x · sigmoid(2u)`, which equals
-/// `x/2 · (1 + tanh u)` and costs one `exp`.
-#[inline(always)]
-fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let u = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
-    x / (1.0 + (-2.0 * u).exp())
+    for_rows(
+        x,
+        width,
+        #[inline(always)]
+        |r, xr| add_in_place(xr, &y[r * width..(r + 1) * width]),
+    );
 }
 
 #[inline(always)]

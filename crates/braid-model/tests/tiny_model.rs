@@ -192,10 +192,19 @@ fn forward_matches_candle_transformers_reference() {
         .zip(&want)
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
-    // Both quantize activations to 8 bits, in different places: agree to a few percent.
+    let rms = (got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum::<f32>()
+        / got.len() as f32)
+        .sqrt();
+    // Both quantize activations to 8 bits, in different places: their logits differ by about
+    // 1% of the scale (root mean square), and the worst of these 262 by three times that. A
+    // broken forward differs by the scale itself.
     assert!(
-        worst <= 0.03 * scale,
-        "worst difference {worst} vs logit scale {scale}"
+        rms <= 0.015 * scale && worst <= 0.04 * scale,
+        "differences: root mean square {rms}, worst {worst}, against a logit scale of {scale}"
     );
 }
 
