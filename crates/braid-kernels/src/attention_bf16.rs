@@ -17,7 +17,7 @@
 //! flushes subnormals, so the instruction's flushing of subnormal inputs never meets one.
 
 use crate::attention_tiles::{
-    queries_together, read16, score_tiles, value_tile, value_tiles, LANES,
+    queries_together, read16, score_tiles, value_tile, value_tiles, weight_blocks, LANES,
 };
 use crate::exponential::exp_approx;
 use crate::Kernel;
@@ -525,13 +525,6 @@ impl PairedSums<'_> {
         // SAFETY: our caller's promise.
         unsafe { self.run(fma, accumulators) }
     }
-}
-
-/// The positions of a partition whose weights a row with keys `lo..seen` reads: its blocks
-/// of 16 from the one holding `lo` to the one holding `seen - 1`, within `len`.
-#[inline(always)]
-pub(crate) fn weight_blocks(lo: usize, seen: usize, len: usize) -> (usize, usize) {
-    (lo / LANES * LANES, seen.next_multiple_of(LANES).min(len))
 }
 
 /// A row's softmax weights over one partition (`scores`, its scores there), for the keys it

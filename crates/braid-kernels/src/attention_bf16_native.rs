@@ -6,7 +6,7 @@
 //! to signed zero, which is [`crate::attention_bf16::round`], so each function here gives the
 //! bits of its portable twin in [`crate::attention_bf16`]; the tests there check it.
 
-use crate::attention_tiles::LANES;
+use crate::attention_tiles::{weight_blocks, LANES};
 use crate::exponential::exp_approx_512;
 use std::arch::x86_64::*;
 
@@ -40,7 +40,7 @@ unsafe fn pairs16(even: __m512, odd: __m512) -> __m512i {
 /// # Safety
 ///
 /// The CPU must have AVX-512 BF16; `scores` must hold `end` floats and `pairs` `end / 2`
-/// words, where `end` is as [`crate::attention_bf16::weight_blocks`] gives.
+/// words, where `end` is as [`weight_blocks`] gives.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,fma")]
 pub(crate) unsafe fn weights(
     scores: &[f32],
@@ -49,7 +49,7 @@ pub(crate) unsafe fn weights(
     max: f32,
     pairs: &mut [u32],
 ) -> f32 {
-    let (first, end) = crate::attention_bf16::weight_blocks(lo, seen, scores.len());
+    let (first, end) = weight_blocks(lo, seen, scores.len());
     assert!(end <= scores.len() && end <= 2 * pairs.len() && first.is_multiple_of(LANES));
     let (x, out) = (scores.as_ptr(), pairs.as_mut_ptr());
     let mut lanes = _mm512_setzero_ps();

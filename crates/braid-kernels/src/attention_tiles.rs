@@ -73,6 +73,13 @@ pub(crate) const LANES: usize = 16;
 /// vectors outgrew the registers.
 pub(crate) const MAX_RUN: usize = 4;
 
+/// The positions of a partition whose bf16 softmax weights a row with keys `lo..seen` reads: its blocks
+/// of 16 from the one holding `lo` to the one holding `seen - 1`, within `len`.
+#[inline(always)]
+pub(crate) fn weight_blocks(lo: usize, seen: usize, len: usize) -> (usize, usize) {
+    (lo / LANES * LANES, seen.next_multiple_of(LANES).min(len))
+}
+
 /// The most queries [`scores16`] takes at once against `nb` blocks (the groups it is compiled
 /// for).
 pub(crate) fn most_queries(nb: usize) -> usize {
