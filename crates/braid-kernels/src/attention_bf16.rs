@@ -541,12 +541,14 @@ pub(crate) fn weights(
     native: bool,
     pairs: &mut [u32],
 ) -> f32 {
+    #[cfg(target_arch = "x86_64")]
     if native {
-        #[cfg(target_arch = "x86_64")]
         // SAFETY: `native` is only set on CPUs with AVX-512 BF16; `pairs` holds the
         // partition's pairs.
         return unsafe { crate::attention_bf16_native::weights(scores, lo, seen, max, pairs) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (native, pairs);
     let (first, end) = weight_blocks(lo, seen, scores.len());
     let mut lanes = [0f32; LANES];
     for (block, chunk) in scores[first..end].chunks_exact_mut(LANES).enumerate() {
@@ -596,6 +598,7 @@ mod tests {
 
     /// Floats that test a rounding: random ones over a wide range, ties to even both ways,
     /// subnormals, zeros, infinities and NaN.
+    #[cfg(target_arch = "x86_64")]
     fn awkward_floats(n: usize, seed: u32) -> Vec<f32> {
         let mut x = seed;
         let specials = [
@@ -625,6 +628,7 @@ mod tests {
             .collect()
     }
 
+    #[cfg(target_arch = "x86_64")]
     fn same(a: f32, b: f32) -> bool {
         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
     }

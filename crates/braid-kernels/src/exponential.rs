@@ -121,6 +121,7 @@ mod tests {
 
     /// Arguments a softmax meets: a sweep from 0 to -90, every power of two's neighbours, and the
     /// specials.
+    #[cfg(target_arch = "x86_64")]
     fn arguments() -> Vec<f32> {
         let mut xs: Vec<f32> = (0..=200_000)
             .map(|i| -90.0 * i as f32 / 200_000.0)
