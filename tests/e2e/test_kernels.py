@@ -58,3 +58,32 @@ def test_a_kernel_the_cpu_lacks_stops_the_server_with_a_clear_error():
     )
     assert proc.returncode != 0
     assert kernel in proc.stderr and "this CPU does not have" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86 intrinsics only")
+def test_no_kernel_calls_an_intrinsic_out_of_line():
+    # An intrinsic is one instruction only where it is inlined into code compiled with its
+    # features. A closure handed to `map`/`from_fn` or kept out of line by the compiler loses
+    # the entry point's `#[target_feature]`s, and each intrinsic inside it becomes a call to
+    # a function of a few instructions: the code still gives the right bits, only slower (it
+    # once cost AVX2 decode a fifth of its time). The release binary must hold no call to a
+    # `core::arch` function whose call site lies in braid's own source.
+    disassembly = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", BIN], capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    sites = [
+        line.split(":")[0].strip()
+        for line in disassembly.splitlines()
+        if "call" in line and "core9core_arch" in line and "xgetbv" not in line
+    ]
+    if not sites:
+        return
+    frames = subprocess.run(
+        ["addr2line", "-i", "-f", "-C", "-e", BIN, *(f"0x{a}" for a in sites)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout.splitlines()
+    ours = sorted({f for f in frames if "/crates/braid-" in f})
+    assert not ours, "intrinsics called out of line from:\n" + "\n".join(ours)

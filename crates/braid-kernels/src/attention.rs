@@ -391,11 +391,11 @@ unsafe fn attend<L: Lanes, Q, O>(
                                 let scores = unsafe {
                                     if wide {
                                         let widened = s.wide.as_ptr();
-                                        scores16::<$nb, $qn>(q, |c, dim| {
+                                        scores16::<$nb, $qn>(q, #[inline(always)] |c, dim| {
                                             read16(widened.add((c * d + dim) * bs))
                                         })
                                     } else if q8 {
-                                        scores16::<$nb, $qn>(q, |c, dim| {
+                                        scores16::<$nb, $qn>(q, #[inline(always)] |c, dim| {
                                             dequantize16::<L>(
                                                 quants[c].as_ptr().add(dim * bs),
                                                 key_scales
@@ -403,7 +403,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                                             )
                                         })
                                     } else {
-                                        scores16::<$nb, $qn>(q, |c, dim| {
+                                        scores16::<$nb, $qn>(q, #[inline(always)] |c, dim| {
                                             L::widen16(&*(halves[c].as_ptr().add(dim * bs)
                                                 as *const [u16; LANES]))
                                         })
@@ -571,23 +571,30 @@ unsafe fn attend<L: Lanes, Q, O>(
                 // when widened, `bs * d` long; our caller vouches for `L`'s features.
                 unsafe {
                     if wide {
-                        sums.run::<L>(|j, c| {
-                            read16(s.wide.as_ptr().add((skip + j) * d + c * LANES))
-                        })
+                        sums.run::<L>(
+                            #[inline(always)]
+                            |j, c| read16(s.wide.as_ptr().add((skip + j) * d + c * LANES)),
+                        )
                     } else if q8 {
                         let scales = s.scales.as_ptr();
-                        sums.run::<L>(|j, c| {
-                            let at = (skip + j) * d + c * LANES;
-                            let scale = *scales.add((skip + j) * groups + c * LANES / Q8_GROUP);
-                            dequantize16::<L>(quants.as_ptr().add(at), [scale; LANES].as_ptr())
-                        })
+                        sums.run::<L>(
+                            #[inline(always)]
+                            |j, c| {
+                                let at = (skip + j) * d + c * LANES;
+                                let scale = *scales.add((skip + j) * groups + c * LANES / Q8_GROUP);
+                                dequantize16::<L>(quants.as_ptr().add(at), [scale; LANES].as_ptr())
+                            },
+                        )
                     } else {
-                        sums.run::<L>(|j, c| {
-                            L::widen16(
-                                &*(halves.as_ptr().add((skip + j) * d + c * LANES)
-                                    as *const [u16; LANES]),
-                            )
-                        })
+                        sums.run::<L>(
+                            #[inline(always)]
+                            |j, c| {
+                                L::widen16(
+                                    &*(halves.as_ptr().add((skip + j) * d + c * LANES)
+                                        as *const [u16; LANES]),
+                                )
+                            },
+                        )
                     }
                 }
                 row += same;

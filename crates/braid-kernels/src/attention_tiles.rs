@@ -151,7 +151,13 @@ pub(crate) unsafe fn scores16<const NB: usize, const QN: usize>(
     for lane in 0..LANES {
         let mut partial = [[[0f32; LANES]; NB]; QN];
         for c in 0..d / LANES {
-            let k: [[f32; LANES]; NB] = std::array::from_fn(|b| key16(b, c * LANES + lane));
+            // A loop, not `from_fn`: for some shapes the compiler kept `from_fn`'s closure out
+            // of line, where the keys' widening was compiled without the entry point's
+            // features and each of its instructions became a call.
+            let mut k = [[0f32; LANES]; NB];
+            for (b, k) in k.iter_mut().enumerate() {
+                *k = key16(b, c * LANES + lane);
+            }
             for (partial, qv) in partial.iter_mut().zip(&q) {
                 // SAFETY: `c * 16 + lane < d`, the query's length (asserted).
                 let x = unsafe { *qv.get_unchecked(c * LANES + lane) };
@@ -257,7 +263,11 @@ impl WeightedSums<'_> {
         let mut acc: [[[f32; LANES]; W]; H] =
             std::array::from_fn(|h| std::array::from_fn(|i| unsafe { read16(out(h, i)) }));
         for j in 0..self.n {
-            let v: [[f32; LANES]; W] = std::array::from_fn(|i| value16(j, c0 + i));
+            // A loop, not `from_fn`: as for the keys in `scores16`.
+            let mut v = [[0f32; LANES]; W];
+            for (i, v) in v.iter_mut().enumerate() {
+                *v = value16(j, c0 + i);
+            }
             for (h, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: `j < n`, inside head `h0 + h`'s weights (our caller's promise).
                 let wt = unsafe { *weights.add(h * self.weights_stride + j) };
