@@ -53,7 +53,7 @@ pub fn for_rows(out: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + S
 /// `f()` called from inside the active kernel's float-loop entry point, where the compiler can
 /// inline it and compile it for that instruction set: the same arithmetic, on wider vectors.
 #[inline(always)]
-fn in_float_loops<T>(f: impl FnOnce() -> T) -> T {
+pub fn in_float_loops<T>(f: impl FnOnce() -> T) -> T {
     crate::active().run_float_loops(Task(f))
 }
 

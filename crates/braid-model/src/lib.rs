@@ -19,6 +19,7 @@ pub mod model;
 mod rms_norm;
 pub mod rope;
 pub mod sampling;
+mod sampling_weights;
 #[cfg(any(test, feature = "test-util"))]
 pub mod tiny_gguf;
 pub mod weights;

@@ -6,6 +6,7 @@
 //! output does not depend on what else runs in the same step. Reported logprobs are those of
 //! the model's raw distribution, before any of the request's adjustments.
 
+use crate::sampling_weights;
 use braid_text::TokenConstraint;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -82,6 +83,9 @@ pub struct Sampler {
     seen: std::collections::HashSet<u32>,
     scratch: Vec<(f32, u32)>,
     adjusted: Vec<f32>,
+    /// Every token's weight for a draw, and the draw's sums of blocks of them.
+    weights: Vec<f32>,
+    block_sums: Vec<f32>,
     /// A structured output's grammar: masks what it does not allow, before anything else
     /// picks among the rest.
     constraint: Option<TokenConstraint>,
@@ -105,6 +109,8 @@ impl Sampler {
             seen,
             scratch: Vec::new(),
             adjusted: Vec::new(),
+            weights: Vec::new(),
+            block_sums: Vec::new(),
             constraint: None,
         }
     }
@@ -194,26 +200,42 @@ impl Sampler {
 
     fn draw(&mut self) -> u32 {
         let p = &self.params;
-        let max = self
-            .adjusted
-            .iter()
-            .fold(f32::NEG_INFINITY, |m, &l| m.max(l));
-        let inv_t = 1.0 / p.temperature;
-        let cands = &mut self.scratch;
-        cands.clear();
-        for (i, &l) in self.adjusted.iter().enumerate() {
-            cands.push((((l - max) * inv_t).exp(), i as u32));
+        let max = sampling_weights::weights(&self.adjusted, 1.0 / p.temperature, &mut self.weights);
+        if !max.is_finite() {
+            // Every token masked, or a logit that is not a number: nothing to weigh.
+            return argmax(&self.adjusted);
         }
         if p.min_p > 0.0 {
             // The best token has weight 1 after subtracting the max.
-            cands.retain(|c| c.0 >= p.min_p);
+            sampling_weights::drop_below(&mut self.weights, p.min_p);
         }
+        if p.top_k == 0 && p.top_p >= 1.0 {
+            let fraction = self.rng.random::<f32>();
+            return sampling_weights::draw(&self.weights, fraction, &mut self.block_sums)
+                .unwrap_or_else(|| argmax(&self.adjusted));
+        }
+        // Only tokens at or above a floor can survive top_k (or, without it, top_p): the
+        // candidates are those, not the whole vocabulary.
+        let total = (p.top_k == 0).then(|| sampling_weights::sum(&self.weights));
+        let floor = match total {
+            None => sampling_weights::floor_for_count(&self.weights, p.top_k),
+            Some(total) => sampling_weights::floor_for_mass(&self.weights, p.top_p * total),
+        };
+        let cands = &mut self.scratch;
+        cands.clear();
+        cands.extend(
+            self.weights
+                .iter()
+                .enumerate()
+                .filter(|(_, &w)| w > 0.0 && w >= floor)
+                .map(|(i, &w)| (w, i as u32)),
+        );
         if p.top_k > 0 && p.top_k < cands.len() {
             cands.select_nth_unstable_by(p.top_k - 1, |a, b| b.0.total_cmp(&a.0));
             cands.truncate(p.top_k);
         }
         if p.top_p < 1.0 {
-            let kept: f32 = cands.iter().map(|c| c.0).sum();
+            let kept = total.unwrap_or_else(|| cands.iter().map(|c| c.0).sum());
             let want = p.top_p * kept;
             // Most of the mass sits in a few hundred tokens: sort those first, all only if needed.
             let head = 256.min(cands.len());
@@ -249,13 +271,7 @@ impl Sampler {
 
 /// Index of the largest logit; the lowest index wins a tie, so greedy is deterministic.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best as u32
+    sampling_weights::argmax(logits)
 }
 
 /// Scores a token that was given rather than sampled (a prompt token, for `echo` with
