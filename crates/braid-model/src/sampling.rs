@@ -301,14 +301,21 @@ fn log_softmax_top(
     n: usize,
     scratch: &mut Vec<(f32, u32)>,
 ) -> (f32, Vec<(u32, f32)>) {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
-    let lse = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+    let (max, lse) = sampling_weights::log_sum_exp(logits);
     let lp = logits[token as usize] - lse;
     if n == 0 {
         return (lp, Vec::new());
     }
+    // The `n` most likely are among the logits at or above this floor.
+    let floor = sampling_weights::logit_floor_for_count(logits, max, n);
     scratch.clear();
-    scratch.extend(logits.iter().enumerate().map(|(i, &l)| (l, i as u32)));
+    scratch.extend(
+        logits
+            .iter()
+            .enumerate()
+            .filter(|(_, &l)| l >= floor)
+            .map(|(i, &l)| (l, i as u32)),
+    );
     let n = n.min(scratch.len());
     scratch.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     scratch.truncate(n);

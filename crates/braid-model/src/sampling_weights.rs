@@ -112,39 +112,84 @@ fn count_at_least(weights: &[f32], floor: f32) -> usize {
     )
 }
 
-/// The largest power of two `t` for which `enough(t)` holds, where `enough` holds for every
-/// `t` below one for which it holds; 0 if it fails even at the smallest normal float (which
-/// every nonzero weight reaches). Eight passes over the weights instead of a sort of them.
-fn largest_floor(enough: impl Fn(f32) -> bool) -> f32 {
-    let power = |e: i32| f32::from_bits(((e + 127) as u32) << 23);
-    let (mut lo, mut hi) = (-126, 0);
-    if !enough(power(lo)) {
-        return 0.0;
+/// The largest of the floors `floor(lo..=hi)` (rising with `i`) at which `enough` holds,
+/// where `enough` holds at every floor below one at which it holds; `none` if it fails even
+/// at `floor(lo)`. Eight passes over the values instead of a sort of them.
+fn largest_floor(
+    (mut lo, mut hi): (i32, i32),
+    floor: impl Fn(i32) -> f32,
+    enough: impl Fn(f32) -> bool,
+    none: f32,
+) -> f32 {
+    if !enough(floor(lo)) {
+        return none;
     }
-    if enough(power(hi)) {
-        return 1.0;
+    if enough(floor(hi)) {
+        return floor(hi);
     }
     while hi - lo > 1 {
         let mid = (lo + hi) / 2;
-        if enough(power(mid)) {
+        if enough(floor(mid)) {
             lo = mid;
         } else {
             hi = mid;
         }
     }
-    power(lo)
+    floor(lo)
+}
+
+/// 2^e for a normal exponent `e`.
+fn power_of_two(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
 }
 
 /// A floor below which no token is among the `k` heaviest: the largest power of two that at
-/// least `k` weights reach.
+/// least `k` weights reach (0 if fewer than `k` weights are above 0).
 pub fn floor_for_count(weights: &[f32], k: usize) -> f32 {
-    largest_floor(|t| count_at_least(weights, t) >= k)
+    let enough = |t| count_at_least(weights, t) >= k;
+    largest_floor((-126, 0), power_of_two, enough, 0.0)
 }
 
 /// A floor below which no token is in the nucleus of mass `want`: the largest power of two
 /// whose weights at or above it weigh at least `want` together.
 pub fn floor_for_mass(weights: &[f32], want: f32) -> f32 {
-    largest_floor(|t| mass_at_least(weights, t) >= want)
+    let enough = |t| mass_at_least(weights, t) >= want;
+    largest_floor((-126, 0), power_of_two, enough, 0.0)
+}
+
+/// A floor below which no logit is among the `n` largest: the largest `max - d` (whole `d`
+/// up to 128) that at least `n` logits reach; -inf if fewer reach `max - 128`.
+pub fn logit_floor_for_count(logits: &[f32], max: f32, n: usize) -> f32 {
+    let enough = |t| count_at_least(logits, t) >= n;
+    largest_floor((-128, 0), |d| max + d as f32, enough, f32::NEG_INFINITY)
+}
+
+/// The largest logit and the log of the softmax's denominator, `max + ln Σ e^(l - max)`, with
+/// the sum in lanes.
+pub fn log_sum_exp(logits: &[f32]) -> (f32, f32) {
+    in_float_loops(
+        #[inline(always)]
+        || {
+            let max = max_of(logits);
+            let mut lanes = [0f32; LANES];
+            let mut chunks = logits.chunks_exact(LANES);
+            let weight = |l: f32| {
+                let x = l - max;
+                if x >= LOWEST {
+                    exp_approx(x)
+                } else {
+                    0.0
+                }
+            };
+            for chunk in chunks.by_ref() {
+                for (s, &l) in lanes.iter_mut().zip(chunk) {
+                    *s += weight(l);
+                }
+            }
+            let tail: f32 = chunks.remainder().iter().map(|&l| weight(l)).sum();
+            (max, max + (lanes.iter().sum::<f32>() + tail).ln())
+        },
+    )
 }
 
 /// Draws a token with probability proportional to its weight, from `fraction` in [0, 1): the
@@ -339,7 +384,37 @@ mod tests {
             );
         }
         assert_eq!(floor_for_count(&[0.0, 0.0], 1), 0.0);
+        let logits: Vec<f32> = (0..3000)
+            .map(|i| ((i * 7919) % 3001) as f32 / 37.0 - 40.0)
+            .collect();
+        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+        for n in [1, 5, 20, 2999, 3000] {
+            let floor = logit_floor_for_count(&logits, max, n);
+            assert!(logits.iter().filter(|&&l| l >= floor).count() >= n, "{n}");
+        }
+        assert_eq!(
+            logit_floor_for_count(&[1.0, -500.0], 1.0, 2),
+            f32::NEG_INFINITY
+        );
         assert_eq!(floor_for_count(&[1.0, 0.5], 1), 1.0);
+    }
+
+    #[test]
+    fn log_sum_exp_is_the_softmax_denominator() {
+        let logits: Vec<f32> = (0..49_155)
+            .map(|i| ((i * 7919) % 1000) as f32 / 60.0 - 9.0)
+            .collect();
+        let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l)) as f64;
+        let want = max
+            + logits
+                .iter()
+                .map(|&l| (l as f64 - max).exp())
+                .sum::<f64>()
+                .ln();
+        let (m, lse) = log_sum_exp(&logits);
+        assert_eq!(m as f64, max);
+        assert!((lse as f64 - want).abs() < 1e-5, "{lse} against {want}");
+        assert_eq!(log_sum_exp(&[2.0, f32::NEG_INFINITY]), (2.0, 2.0));
     }
 
     #[test]
