@@ -100,6 +100,10 @@ pub struct CommonArgs {
     /// like-for-like token count use one that `max_tokens` cuts (an unbounded array).
     #[arg(long)]
     pub json_schema: Option<PathBuf>,
+    /// Sample every completion at this temperature, each request with a seed of its own,
+    /// instead of greedily: what clients at the OpenAI API's default (1) cost the server.
+    #[arg(long)]
+    pub temperature: Option<f64>,
 }
 
 impl CommonArgs {
@@ -134,6 +138,12 @@ impl CommonArgs {
             "--max-duration-secs must be > 0"
         );
         anyhow::ensure!(self.stall_ms > 0.0, "--stall-ms must be > 0");
+        if let Some(t) = self.temperature {
+            anyhow::ensure!(
+                t > 0.0 && t.is_finite(),
+                "--temperature must be > 0 (leave it out for greedy completions)"
+            );
+        }
         Ok(())
     }
 }
@@ -323,6 +333,23 @@ mod tests {
         };
         let v = serde_json::to_string(&p).unwrap();
         assert!(!v.contains("sekrit") && v.contains("\"rate\":2.0"));
+    }
+
+    #[test]
+    fn a_temperature_samples_and_zero_is_refused() {
+        let Scenario::Scaling(s) = parse(&["scaling", "--temperature", "0.8"]) else {
+            panic!()
+        };
+        assert_eq!(s.common.temperature, Some(0.8));
+        assert!(s.common.validate().is_ok());
+        let Scenario::Scaling(s) = parse(&["scaling", "--temperature", "0"]) else {
+            panic!()
+        };
+        assert!(s.common.validate().is_err());
+        let Scenario::Scaling(s) = parse(&["scaling"]) else {
+            panic!()
+        };
+        assert_eq!(s.common.temperature, None);
     }
 
     #[test]

@@ -53,6 +53,9 @@ impl Ctx {
         if let Some(schema) = common.json_schema()? {
             client = client.with_json_schema(schema);
         }
+        if let Some(t) = common.temperature {
+            client = client.sampled(t);
+        }
         let model = client.resolve_model(common.model.as_deref()).await;
         // Salted by scenario: running one scenario after another on the same server must
         // not hand the second one prompts the first already cached.
