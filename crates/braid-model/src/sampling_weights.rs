@@ -40,6 +40,22 @@ fn max_of(values: &[f32]) -> f32 {
     m
 }
 
+/// `Σ f(v)` over `values`, in 16 lanes then the tail. Call it with an `#[inline(always)]`
+/// closure, from inside the float loops: a closure kept out of line would be compiled for the
+/// baseline CPU.
+#[inline(always)]
+fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for chunk in chunks.by_ref() {
+        for (s, &v) in lanes.iter_mut().zip(chunk) {
+            *s += f(v);
+        }
+    }
+    let tail: f32 = chunks.remainder().iter().map(|&v| f(v)).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// The index of the largest value, the lowest on ties; values that are NaN are passed over
 /// (and a NaN first value wins, as in a scalar loop that starts from it).
 pub fn argmax(values: &[f32]) -> u32 {
@@ -91,15 +107,11 @@ fn mass_at_least(weights: &[f32], floor: f32) -> f32 {
     in_float_loops(
         #[inline(always)]
         || {
-            let mut lanes = [0f32; LANES];
-            let mut chunks = weights.chunks_exact(LANES);
-            for chunk in chunks.by_ref() {
-                for (s, &w) in lanes.iter_mut().zip(chunk) {
-                    *s += if w >= floor { w } else { 0.0 };
-                }
-            }
-            let tail: f32 = chunks.remainder().iter().filter(|&&w| w >= floor).sum();
-            lanes.iter().sum::<f32>() + tail
+            lane_sum(
+                weights,
+                #[inline(always)]
+                |w| if w >= floor { w } else { 0.0 },
+            )
         },
     )
 }
@@ -171,23 +183,19 @@ pub fn log_sum_exp(logits: &[f32]) -> (f32, f32) {
         #[inline(always)]
         || {
             let max = max_of(logits);
-            let mut lanes = [0f32; LANES];
-            let mut chunks = logits.chunks_exact(LANES);
-            let weight = |l: f32| {
-                let x = l - max;
-                if x >= LOWEST {
-                    exp_approx(x)
-                } else {
-                    0.0
-                }
-            };
-            for chunk in chunks.by_ref() {
-                for (s, &l) in lanes.iter_mut().zip(chunk) {
-                    *s += weight(l);
-                }
-            }
-            let tail: f32 = chunks.remainder().iter().map(|&l| weight(l)).sum();
-            (max, max + (lanes.iter().sum::<f32>() + tail).ln())
+            let sum = lane_sum(
+                logits,
+                #[inline(always)]
+                |l| {
+                    let x = l - max;
+                    if x >= LOWEST {
+                        exp_approx(x)
+                    } else {
+                        0.0
+                    }
+                },
+            );
+            (max, max + sum.ln())
         },
     )
 }
@@ -201,15 +209,11 @@ pub fn draw(weights: &[f32], fraction: f32, sums: &mut Vec<f32>) -> Option<u32> 
         #[inline(always)]
         || {
             for block in weights.chunks(BLOCK) {
-                let mut lanes = [0f32; LANES];
-                let mut chunks = block.chunks_exact(LANES);
-                for chunk in chunks.by_ref() {
-                    for (s, &w) in lanes.iter_mut().zip(chunk) {
-                        *s += w;
-                    }
-                }
-                let tail: f32 = chunks.remainder().iter().sum();
-                sums.push(lanes.iter().sum::<f32>() + tail);
+                sums.push(lane_sum(
+                    block,
+                    #[inline(always)]
+                    |w| w,
+                ));
             }
         },
     );
