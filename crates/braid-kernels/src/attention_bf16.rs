@@ -19,8 +19,9 @@
 use crate::attention_tiles::{
     queries_together, read16, score_tiles, value_tile, value_tiles, weight_blocks, LANES,
 };
-use crate::exponential::exp_approx;
+use crate::exponential::exp2_for_bf16;
 use crate::Kernel;
+use std::f32::consts::LOG2_E;
 
 /// Whether bf16 attention multiplies with `vdpbf16ps` under `kernel`: where the kernel runs on
 /// AVX-512 and the CPU has AVX-512 BF16, as [`crate::bf16::Bf16Path`] decides; otherwise as
@@ -528,10 +529,12 @@ impl PairedSums<'_> {
 }
 
 /// A row's softmax weights over one partition (`scores`, its scores there), for the keys it
-/// sees, `lo..seen`: `e^(x - max)` rounded to bf16, and zero for the other keys of the blocks
-/// it reads ([`weight_blocks`]). They replace the scores, or with the instruction go to
-/// `pairs` (the same places, halved). Returns their sum, taken in 16 lanes by position in the
-/// partition and then across the lanes in order.
+/// sees, `lo..seen`: `e^(x - max)`, computed as `2^(x·log2 e - max·log2 e)` to the precision
+/// bf16 keeps ([`exp2_for_bf16`]) and rounded to bf16, and zero for the other keys of the
+/// blocks it reads ([`weight_blocks`]). They replace the scores, or with the instruction go to
+/// `pairs` (the same places, halved). Returns the sum of the weights before rounding (as good
+/// a divisor as the rounded ones' and, with the instruction, one conversion fewer), taken in
+/// 16 lanes by position in the partition and then across the lanes in order.
 #[inline(always)]
 pub(crate) fn weights(
     scores: &mut [f32],
@@ -549,18 +552,16 @@ pub(crate) fn weights(
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (native, pairs);
+    let shift = -(max * LOG2_E);
     let (first, end) = weight_blocks(lo, seen, scores.len());
     let mut lanes = [0f32; LANES];
     for (block, chunk) in scores[first..end].chunks_exact_mut(LANES).enumerate() {
         let at = first + block * LANES;
         for (j, (x, l)) in chunk.iter_mut().zip(lanes.iter_mut()).enumerate() {
-            let w = if (lo..seen).contains(&(at + j)) {
-                round(exp_approx(*x - max))
-            } else {
-                0.0
-            };
-            *x = w;
-            *l += w;
+            let e = exp2_for_bf16(x.mul_add(LOG2_E, shift));
+            let sees = (lo..seen).contains(&(at + j));
+            *x = if sees { round(e) } else { 0.0 };
+            *l += if sees { e } else { 0.0 };
         }
     }
     lanes.iter().sum()

@@ -7,8 +7,9 @@
 //! bits of its portable twin in [`crate::attention_bf16`]; the tests there check it.
 
 use crate::attention_tiles::{weight_blocks, LANES};
-use crate::exponential::exp_approx_512;
+use crate::exponential::exp2_for_bf16_512;
 use std::arch::x86_64::*;
+use std::f32::consts::LOG2_E;
 
 /// Word `2j` of a 32-word vector takes word `j`, word `2j + 1` word `16 + j`: the even row's
 /// and the odd row's roundings, side by side in pairs.
@@ -52,6 +53,7 @@ pub(crate) unsafe fn weights(
     let (first, end) = weight_blocks(lo, seen, scores.len());
     assert!(end <= scores.len() && end <= 2 * pairs.len() && first.is_multiple_of(LANES));
     let (x, out) = (scores.as_ptr(), pairs.as_mut_ptr());
+    let (log2e, shift) = (_mm512_set1_ps(LOG2_E), _mm512_set1_ps(-(max * LOG2_E)));
     let mut lanes = _mm512_setzero_ps();
     for at in (first..end).step_by(LANES) {
         // The lanes of keys the row sees.
@@ -60,17 +62,13 @@ pub(crate) unsafe fn weights(
         // SAFETY: `at + 16 <= end`, inside both buffers (asserted); the CPU has AVX-512 BF16
         // (our caller's promise).
         unsafe {
-            let w = exp_approx_512(_mm512_sub_ps(
-                _mm512_loadu_ps(x.add(at)),
-                _mm512_set1_ps(max),
-            ));
+            let e = exp2_for_bf16_512(_mm512_fmadd_ps(_mm512_loadu_ps(x.add(at)), log2e, shift));
             let halves = _mm256_maskz_mov_epi16(
                 keep,
-                std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(w)),
+                std::mem::transmute::<__m256bh, __m256i>(_mm512_cvtneps_pbh(e)),
             );
             _mm256_storeu_si256(out.add(at / 2).cast(), halves);
-            let wide = _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(halves));
-            lanes = _mm512_add_ps(lanes, _mm512_castsi512_ps(wide));
+            lanes = _mm512_mask_add_ps(lanes, keep, lanes, e);
         }
     }
     let mut sums = [0f32; LANES];
