@@ -33,6 +33,10 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 start() {  # PORT, then the server command
   local port=$1; shift
+  if curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
+    echo "accuracy: something already answers on port $port (another accuracy run?); stop it first" >&2
+    exit 1
+  fi
   "$@" >"$CACHE/server-$port.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 600); do
