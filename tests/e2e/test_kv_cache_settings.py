@@ -65,9 +65,11 @@ def test_q8_0_holds_about_twice_the_tokens_and_says_so(make_server):
 
 
 def refusal(*flags: str) -> str:
-    """What `braid serve` says on stderr when `flags` stop its start-up (it must exit non-zero)."""
+    """What `braid serve` says on stderr when `flags` stop its start-up (it must exit non-zero).
+    On port 0, as the other start-up tests: on the default one, a server the user already runs
+    there made start-up stop at the bind instead, and the test fail."""
     out = subprocess.run(
-        [BIN, "serve", "--model", MODEL, *flags], capture_output=True, text=True, timeout=120
+        [BIN, "serve", "--port", "0", "--model", MODEL, *flags], capture_output=True, text=True, timeout=120
     )
     assert out.returncode != 0, out.stdout
     return out.stderr
