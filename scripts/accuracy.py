@@ -9,7 +9,7 @@ two differ from the exact model by quantization noise, and braid must not add mo
 tenth on top of it. `scripts/accuracy.sh` starts the three servers and calls this.
 
 Greedy text parts at the first near-tie, so one rounding changed anywhere moves that mean by
-±10 characters with no direction. With --teacher-forced, every run also reads each prompt
+10–16 characters either way. With --teacher-forced, every run also reads each prompt
 followed by the exact model's continuation, one token more at a time, and is scored at every
 position: how often its most likely next token is the exact model's, and the mean
 log-probability it gives that token. That figure is steady enough to tell two builds apart
