@@ -20,21 +20,24 @@
 //! keys at once (a prompt tile), or 1 to 3 queries against 4 blocks (a decoding row,
 //! whose few chains would otherwise wait on each other); the value pass takes up to 6 (row,
 //! head) pairs that read the same keys of a block. The order of every sum is that of a lone
-//! row, so the grouping changes the speed and never the bits. A long prompt's attention ran at
+//! row, so the grouping changes the speed and never the bits. q8_0 keys are scored apart, by
+//! int8 dot products with the query rounded to q8_0 ([`attention_q8`]), except a prompt's
+//! bf16 rows', which widen them. A long prompt's attention ran at
 //! a quarter of the f32 multiply-add peak when it took one block and at most 6 queries at a
 //! time, one row's heads in the value pass, and a softmax whose power of two was a checked
 //! float-to-int cast (`cargo bench -p braid-kernels --bench attention`).
 
 use crate::attention_bf16::{self, FmaScores, FmaValues, PairedSums, ScoreRun};
+use crate::attention_q8::{self, QuantizedQueries};
 use crate::attention_tiles::{
     blocks_together, prev_power_of_two, queries_together, read16, score_tiles, scores16,
     WeightedSums, LANES, MAX_RUN,
 };
 use crate::exponential::exp_approx;
 use crate::kv_pool::Q8_GROUP;
-use crate::kv_widen::{dequantize16, widen_keys, widen_values, widened_key_scales};
-use crate::{f16_to_f32, KvBlock, KvDtype, KvPool};
+use crate::kv_widen::{dequantize16, widen_keys, widen_values, widened_key_scales, widened_scales};
 use crate::{FloatLoops, Kernel, Lanes};
+use crate::{KvBlock, KvDtype, KvPool};
 
 /// Query rows of one sequence that one task handles together.
 pub const ROW_TILE: usize = 64;
@@ -107,6 +110,8 @@ pub struct Scratch {
     pairs: Vec<u32>,
     /// bf16 rows for `vdpbf16ps`: every (row, head)'s weights over one partition, in pairs.
     weight_pairs: Vec<u32>,
+    /// f32 rows over q8_0 keys: every (row, head)'s query rounded to q8_0.
+    q8_queries: QuantizedQueries,
 }
 
 /// Readers (rows × query heads) of one KV block from which the block is widened to f32 once
@@ -277,6 +282,15 @@ unsafe fn attend<L: Lanes, Q, O>(
         id.map(|&n| pool.block(task.layer, n, task.kv_head))
     };
     let bf16 = task.bf16;
+    // q8_0 keys of rows scored in f32: int8 dot products with the queries rounded to q8_0.
+    let q8 = pool.dtype() == KvDtype::Q8_0 && !bf16;
+    if q8 {
+        // SAFETY: our caller vouches for `L`'s features.
+        unsafe {
+            s.q8_queries
+                .fill::<L>(task.rows * g, d, |r| query(r / g, r % g))
+        };
+    }
     if bf16 {
         assert_eq!(bs, LANES, "bf16 attention takes blocks of 16 keys");
         s.queries.clear();
@@ -319,7 +333,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                 keys.iter().all(|k| k.values() == d * bs),
                 "a block holds head_dim × block_size keys"
             );
-            let wide = readers >= WIDEN_ONCE_READERS || bf16;
+            let wide = (readers >= WIDEN_ONCE_READERS && !q8) || bf16;
             if wide {
                 s.wide.resize(nb * d * bs, 0.0);
                 for (i, keys) in keys[..nb].iter().enumerate() {
@@ -355,22 +369,61 @@ unsafe fn attend<L: Lanes, Q, O>(
                 b += nb;
                 continue;
             }
-            // Read in place, as half floats or as int8 times their widened scales (which
-            // `widened_key_scales` puts in `s.scales`, `[block][group]` of 16 slots each).
+            if q8 {
+                // The keys' scales as f32, `[block][group]` of 16 slots each.
+                // SAFETY: our caller vouches for `L`'s features.
+                unsafe { widened_key_scales::<L>(&keys[..nb], &mut s.scales) };
+                let groups = d / Q8_GROUP;
+                let mut i = 0;
+                while i < readers {
+                    let qn = (readers - i).min(attention_q8::QUERIES_TOGETHER);
+                    macro_rules! score_q8 {
+                        ($($qn:literal),*) => {
+                            match qn {
+                                $($qn => {
+                                    let mut who = [first_reader + i; $qn];
+                                    for (k, w) in who.iter_mut().enumerate() {
+                                        *w += k;
+                                    }
+                                    for (c, key) in keys[..nb].iter().enumerate() {
+                                        let KvBlock::Q8_0 { quants, .. } = key else {
+                                            unreachable!("a q8_0 pool gives q8_0 blocks")
+                                        };
+                                        // SAFETY: a block holds `d × bs` keys (asserted) and
+                                        // `s.scales` 16 per group of each of the `nb` blocks;
+                                        // our caller vouches for `L`'s features.
+                                        let scores = unsafe {
+                                            attention_q8::scores::<L, $qn>(
+                                                &s.q8_queries,
+                                                who,
+                                                quants,
+                                                &s.scales[c * groups * LANES..],
+                                                bs,
+                                            )
+                                        };
+                                        for (&r, x) in who.iter().zip(&scores) {
+                                            let at = r * part_len + at + c * LANES;
+                                            for (o, x) in s.scores[at..at + LANES].iter_mut().zip(x) {
+                                                *o = x * scale;
+                                            }
+                                        }
+                                    }
+                                })*
+                                _ => unreachable!("at most QUERIES_TOGETHER queries"),
+                            }
+                        };
+                    }
+                    score_q8!(1, 2, 3, 4);
+                    i += qn;
+                }
+                b += nb;
+                continue;
+            }
+            // Read in place as half floats.
             let halves = keys.map(|k| match k {
                 KvBlock::F16(h) => h,
                 KvBlock::Q8_0 { .. } => &[],
             });
-            let quants = keys.map(|k| match k {
-                KvBlock::Q8_0 { quants, .. } => quants,
-                KvBlock::F16(_) => &[],
-            });
-            let q8 = pool.dtype() == KvDtype::Q8_0;
-            if q8 && !wide {
-                // SAFETY: our caller vouches for `L`'s features.
-                unsafe { widened_key_scales::<L>(&keys[..nb], bs, &mut s.scales) };
-            }
-            let (groups, key_scales) = (d / Q8_GROUP, s.scales.as_ptr());
             // Every (row, head) reading the blocks, taken as many at a time as registers
             // allow: each key vector serves them all.
             let mut i = 0;
@@ -393,14 +446,6 @@ unsafe fn attend<L: Lanes, Q, O>(
                                         let widened = s.wide.as_ptr();
                                         scores16::<$nb, $qn>(q, #[inline(always)] |c, dim| {
                                             read16(widened.add((c * d + dim) * bs))
-                                        })
-                                    } else if q8 {
-                                        scores16::<$nb, $qn>(q, #[inline(always)] |c, dim| {
-                                            dequantize16::<L>(
-                                                quants[c].as_ptr().add(dim * bs),
-                                                key_scales
-                                                    .add((c * groups + dim / Q8_GROUP) * LANES),
-                                            )
                                         })
                                     } else {
                                         scores16::<$nb, $qn>(q, #[inline(always)] |c, dim| {
@@ -537,13 +582,13 @@ unsafe fn attend<L: Lanes, Q, O>(
                 KvBlock::F16(h) => (h, &[][..]),
                 KvBlock::Q8_0 { quants, scales } => {
                     if !wide {
-                        s.scales.clear();
-                        s.scales.extend(scales.iter().map(|&x| f16_to_f32(x)));
+                        // SAFETY: our caller vouches for `L`'s features.
+                        unsafe { widened_scales::<L>(scales, &mut s.scales) };
                     }
                     (&[][..], quants)
                 }
             };
-            let (q8, groups) = (!quants.is_empty(), d / Q8_GROUP);
+            let (int8_values, groups) = (!quants.is_empty(), d / Q8_GROUP);
             // Consecutive rows that read the same keys of the block (every row, off the
             // diagonal and outside windows) go in one call, which takes their heads several at
             // a time: each value vector is then loaded once for all of them.
@@ -575,7 +620,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                             #[inline(always)]
                             |j, c| read16(s.wide.as_ptr().add((skip + j) * d + c * LANES)),
                         )
-                    } else if q8 {
+                    } else if int8_values {
                         let scales = s.scales.as_ptr();
                         sums.run::<L>(
                             #[inline(always)]

@@ -60,8 +60,9 @@ fn sliding_windows_see_only_their_keys_and_ignore_tiling() {
     }
 }
 
-/// int8 keys and values: read in place by a decoding row's group of three heads, widened
-/// once for larger groups, and the same bits either way, on every kernel.
+/// int8 keys and values: keys scored by int8 dot products (f32 rows) or widened (bf16 rows),
+/// values read in place by a decoding row's group of three heads and widened once for larger
+/// groups, the same bits either way, on every kernel.
 #[test]
 fn q8_0_keys_and_values_match_two_pass_softmax_and_ignore_tiling() {
     for shape in SHAPES.into_iter().filter(|s| s.2.is_multiple_of(Q8_GROUP)) {
@@ -80,7 +81,7 @@ fn cached(x: &[f32], dtype: KvDtype) -> Vec<f32> {
             .chunks(Q8_GROUP)
             .flat_map(|group| {
                 let (scale, q) = crate::quantize_q8_0(group);
-                q.map(|q| q as f32 * f16_to_f32(scale))
+                q.map(|q| q as f32 * crate::f16_to_f32(scale))
             })
             .collect(),
     }
@@ -212,14 +213,18 @@ fn check_attention(
         for head in 0..heads {
             let kv = head / g;
             let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-            let reference = |rounded| {
-                naive(
-                    &keys[kv][lo..=pos],
-                    &values[kv][lo..=pos],
-                    &queries[(pos * heads + head) * d..][..d],
-                    rounded,
-                )
+            // f32 rows score q8_0 keys with the query rounded to q8_0 as well.
+            let query = &queries[(pos * heads + head) * d..][..d];
+            let query = if dtype == KvDtype::Q8_0 && !bf16 {
+                let mut rounded = QuantizedQueries::default();
+                // SAFETY: the portable set runs on every CPU.
+                unsafe { rounded.fill::<crate::PortableLanes>(1, d, |_| query) };
+                rounded.dequantized(0)
+            } else {
+                query.to_vec()
             };
+            let reference =
+                |rounded| naive(&keys[kv][lo..=pos], &values[kv][lo..=pos], &query, rounded);
             let got = &whole[(pos * heads + head) * d..][..d];
             let (want, exact) = (reference(bf16), reference(false));
             let tolerance = if bf16 { 3e-3 } else { 1e-5 };

@@ -58,6 +58,45 @@ pub trait Lanes {
         }
         (d, total)
     }
+
+    /// Exact int8 dot products of 16 q8_0 keys with `QN` int8 queries over one group of 32
+    /// dimensions: `out[j][slot] = Σ_i key(slot, i) · queries[j][i]`, where the keys come as 8
+    /// quads of dimensions (`[quad][slot][4]`, quad `n` at `keys + n · stride`) and query `j`'s
+    /// 32 int8 at `queries[j]`, whose sum is `sums[j]` (for sets that offset the keys to make
+    /// them unsigned). Integer sums are exact, so every set gives the same numbers.
+    ///
+    /// # Safety
+    ///
+    /// `keys + n · stride` must be valid for reads of 64 bytes for each `n < 8`, each query
+    /// for 32, and the CPU must have the set's features.
+    #[inline(always)]
+    unsafe fn q8_group_dots<const QN: usize>(
+        keys: *const i8,
+        stride: usize,
+        queries: [*const i8; QN],
+        sums: [i32; QN],
+    ) -> [[i32; 16]; QN] {
+        let _ = sums;
+        let mut out = [[0i32; 16]; QN];
+        for (o, &q) in out.iter_mut().zip(&queries) {
+            for quad in 0..8 {
+                for (slot, o) in o.iter_mut().enumerate() {
+                    for i in 0..4 {
+                        // SAFETY: inside the quad's 64 bytes and the query's 32 (our caller's
+                        // promise).
+                        let (k, x) = unsafe {
+                            (
+                                *keys.add(quad * stride + slot * 4 + i),
+                                *q.add(quad * 4 + i),
+                            )
+                        };
+                        *o += k as i32 * x as i32;
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Lane by lane with integer steps ([`f16_to_f32`]), which the compiler vectorizes for any
@@ -157,6 +196,43 @@ impl Lanes for Avx512Lanes {
             }
             (d, _mm512_reduce_add_epi32(total))
         }
+    }
+
+    /// `vpdpbusd` takes unsigned bytes, so the keys are flipped to `k + 128` (`xor 0x80`) and
+    /// the sums start at `-128 · Σ query`, which that offset adds back.
+    #[inline(always)]
+    unsafe fn q8_group_dots<const QN: usize>(
+        keys: *const i8,
+        stride: usize,
+        queries: [*const i8; QN],
+        sums: [i32; QN],
+    ) -> [[i32; 16]; QN] {
+        use std::arch::x86_64::*;
+        let mut out = [[0i32; 16]; QN];
+        // SAFETY: the caller vouches for AVX-512F/VNNI and for the 64 bytes of every quad and
+        // the 32 of every query; the stores write exactly `out`'s arrays. Loops rather than
+        // closures, which would not inherit the entry point's features.
+        unsafe {
+            let flip = _mm512_set1_epi8(i8::MIN);
+            let mut acc = [_mm512_setzero_si512(); QN];
+            for j in 0..QN {
+                acc[j] = _mm512_set1_epi32(-128 * sums[j]);
+            }
+            for quad in 0..8 {
+                let k = _mm512_xor_si512(
+                    _mm512_loadu_si512(keys.add(quad * stride) as *const __m512i),
+                    flip,
+                );
+                for j in 0..QN {
+                    let x = (queries[j].add(4 * quad) as *const i32).read_unaligned();
+                    acc[j] = _mm512_dpbusd_epi32(acc[j], k, _mm512_set1_epi32(x));
+                }
+            }
+            for j in 0..QN {
+                _mm512_storeu_si512(out[j].as_mut_ptr() as *mut __m512i, acc[j]);
+            }
+        }
+        out
     }
 }
 
@@ -297,6 +373,46 @@ impl Lanes for F16cLanes {
             (d, _mm_cvtsi128_si32(s))
         }
     }
+
+    /// `vpmaddubsw` multiplies unsigned by signed bytes into saturating 16-bit pairs, so it
+    /// takes |key| and the query with the key's sign, whose pairs stay within 2 · 127 · 127;
+    /// `vpmaddwd` by ones then sums each slot's four (as the AVX2 weight kernel does).
+    #[inline(always)]
+    unsafe fn q8_group_dots<const QN: usize>(
+        keys: *const i8,
+        stride: usize,
+        queries: [*const i8; QN],
+        _sums: [i32; QN],
+    ) -> [[i32; 16]; QN] {
+        use std::arch::x86_64::*;
+        let mut out = [[0i32; 16]; QN];
+        // SAFETY: the caller vouches for AVX2 and for the 64 bytes of every quad and the 32
+        // of every query; the stores write exactly `out`'s arrays.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut acc = [[_mm256_setzero_si256(); 2]; QN];
+            for quad in 0..8 {
+                let k = [
+                    _mm256_loadu_si256(keys.add(quad * stride) as *const __m256i),
+                    _mm256_loadu_si256(keys.add(quad * stride + 32) as *const __m256i),
+                ];
+                let magnitude = [_mm256_abs_epi8(k[0]), _mm256_abs_epi8(k[1])];
+                for (acc, q) in acc.iter_mut().zip(&queries) {
+                    let x = _mm256_set1_epi32((q.add(4 * quad) as *const i32).read_unaligned());
+                    for ((acc, &k), &magnitude) in acc.iter_mut().zip(&k).zip(&magnitude) {
+                        let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x, k));
+                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(pairs, ones));
+                    }
+                }
+            }
+            for (out, acc) in out.iter_mut().zip(&acc) {
+                for (half, &acc) in acc.iter().enumerate() {
+                    _mm256_storeu_si256(out.as_mut_ptr().add(8 * half) as *mut __m256i, acc);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// [`round_clamp_512`] on 8 lanes, with AVX2's compares and blends for the masks.
@@ -341,7 +457,7 @@ pub trait FloatLoops {
 /// Which compilation of the float loops a kernel runs with (a row of the kernel table says).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FloatIsa {
-    /// AVX-512 F/BW/VL with FMA and F16C: 16 floats a register, 32 registers.
+    /// AVX-512 F/BW/VL/VNNI with FMA and F16C: 16 floats a register, 32 registers.
     #[cfg(target_arch = "x86_64")]
     Avx512,
     /// AVX2 with FMA and F16C.
@@ -373,9 +489,9 @@ impl FloatIsa {
 
 /// # Safety
 ///
-/// The CPU must have AVX-512 F/BW/VL, AVX2, FMA and F16C.
+/// The CPU must have AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn enter_avx512<F: FloatLoops>(loops: F) -> F::Output {
     // SAFETY: the features are enabled.
     unsafe { loops.run::<Avx512Lanes>() }

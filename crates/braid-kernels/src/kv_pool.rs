@@ -29,7 +29,9 @@
 //! half-float scale, each value an int8 of it. Sixteen sequences at 4,096 tokens read 1.5 GB
 //! of half floats every step, which on a 2-core VM is most of a step's time; int8 reads half
 //! that. The values are rounded once, when written, so attention's arithmetic still has one
-//! answer per row whatever the tiling: it widens every block to f32 before reading it.
+//! answer per row whatever the tiling. Keys are stored in quads of dimensions
+//! ([`q8_key_index`]), which rows computed in f32 score with int8 dot products
+//! (`attention_q8`); values, and a prompt's bf16 rows' keys, are widened to f32.
 
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
@@ -119,7 +121,8 @@ pub struct KvPool {
 /// One (layer, head, block)'s keys or values, as the pool stores them. Keys are
 /// `[head_dim][slot]` and values `[slot][head_dim]`; a q8_0 block's scales follow the same
 /// order with one entry per [`Q8_GROUP`] of a slot's values (`[group][slot]` for keys,
-/// `[slot][group]` for values).
+/// `[slot][group]` for values). q8_0 keys are `[head_dim / 4][slot][4]` instead
+/// ([`q8_key_index`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KvBlock<'a> {
     F16(&'a [u16]),
@@ -299,7 +302,7 @@ impl KvPool {
                         let (scale, q) = quantize_q8_0(x);
                         ks[g * bs + slot] = scale;
                         for (i, q) in q.into_iter().enumerate() {
-                            kq[(g * Q8_GROUP + i) * bs + slot] = q;
+                            kq[q8_key_index(g * Q8_GROUP + i, slot, bs)] = q;
                         }
                     }
                     let (vq, vs) = q8_parts_mut(values, bs * d);
@@ -335,6 +338,16 @@ impl KvPool {
             KvBlock::of(self.dtype, &self.v[at..at + self.region], elements),
         )
     }
+}
+
+/// Where dimension `dim` of slot `slot`'s key sits among a q8_0 block's quants: keys come in
+/// quads of consecutive dimensions, `[head_dim / 4][slot][4]`. Attention scores them with int8
+/// dot products against an int8 query (`vpdpbusd` and its kin multiply-add four consecutive
+/// bytes into each 32-bit lane), so one 64-byte vector holds four dimensions of 16 keys, one
+/// key per lane.
+#[inline(always)]
+pub fn q8_key_index(dim: usize, slot: usize, block_size: usize) -> usize {
+    ((dim / 4) * block_size + slot) * 4 + dim % 4
 }
 
 /// A q8_0 region's quants (`elements` bytes) and scales (the `u16`s after them).
@@ -433,7 +446,7 @@ mod tests {
             for i in 0..64 {
                 let g = i / Q8_GROUP;
                 let (kx, vx) = (k[head * 64 + i], v[head * 64 + i]);
-                let key = kq[i * bs + slot] as f32 * f16_to_f32(ks[g * bs + slot]);
+                let key = kq[q8_key_index(i, slot, bs)] as f32 * f16_to_f32(ks[g * bs + slot]);
                 let value = vq[slot * 64 + i] as f32 * f16_to_f32(vs[slot * 2 + g]);
                 let group = |x: &[f32]| {
                     x[head * 64 + g * 32..][..32]

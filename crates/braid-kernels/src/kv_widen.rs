@@ -39,27 +39,54 @@ pub(crate) unsafe fn dequantize16<L: Lanes>(quants: *const i8, scales: *const f3
     }
 }
 
-/// The scales of q8_0 `keys` as f32, `[block][group]` of 16 slots each, into `dst`.
+/// A q8_0 block's `scales` as f32, in their order, appended to `dst` 16 at a time (a block of
+/// 16 slots has 16 per group): converted one by one, a block's values' scales were a
+/// twentieth of a decoding step at 4k.
 ///
 /// # Safety
 ///
 /// The CPU must have `L`'s features.
 #[inline(always)]
-pub(crate) unsafe fn widened_key_scales<L: Lanes>(keys: &[KvBlock], bs: usize, dst: &mut Vec<f32>) {
+unsafe fn append_widened<L: Lanes>(scales: &[u16], dst: &mut Vec<f32>) {
+    for sixteen in scales.chunks_exact(LANES) {
+        // SAFETY: our caller vouches for `L`'s features.
+        let wide = unsafe { L::widen16(sixteen.try_into().expect("16 scales")) };
+        dst.extend_from_slice(&wide);
+    }
+}
+
+/// A q8_0 block's `scales` as f32, in their order, into `dst`.
+///
+/// # Safety
+///
+/// The CPU must have `L`'s features.
+#[inline(always)]
+pub(crate) unsafe fn widened_scales<L: Lanes>(scales: &[u16], dst: &mut Vec<f32>) {
+    dst.clear();
+    // SAFETY: our caller vouches for `L`'s features.
+    unsafe { append_widened::<L>(scales, dst) };
+}
+
+/// The scales of q8_0 `keys` (blocks of 16 slots) as f32, `[block][group]` of 16 slots each,
+/// into `dst`.
+///
+/// # Safety
+///
+/// The CPU must have `L`'s features.
+#[inline(always)]
+pub(crate) unsafe fn widened_key_scales<L: Lanes>(keys: &[KvBlock], dst: &mut Vec<f32>) {
     dst.clear();
     for k in keys {
         if let KvBlock::Q8_0 { scales, .. } = k {
-            for g in scales.chunks_exact(bs) {
-                // SAFETY: our caller vouches for `L`'s features.
-                let wide = unsafe { L::widen16(g[..LANES].try_into().expect("16 scales")) };
-                dst.extend_from_slice(&wide);
-            }
+            // SAFETY: our caller vouches for `L`'s features.
+            unsafe { append_widened::<L>(scales, dst) };
         }
     }
 }
 
-/// `dst` = a block's keys (`[head_dim][slot]`, `bs` slots) as f32: for q8_0 each int8 times
-/// its slot's scale for the dimension's group, the one product every reader then sees.
+/// `dst` = a block's keys (`[head_dim][slot]`, `bs` slots) as f32: for q8_0 (stored in quads
+/// of dimensions) each int8 times its slot's scale for the dimension's group, the one product
+/// every reader then sees.
 ///
 /// # Safety
 ///
@@ -70,18 +97,15 @@ pub(crate) unsafe fn widen_keys<L: Lanes>(keys: KvBlock, bs: usize, dst: &mut [f
         // SAFETY: our caller vouches for `L`'s features.
         KvBlock::F16(h) => unsafe { widen_halves::<L>(h, dst) },
         KvBlock::Q8_0 { quants, scales } => {
-            for (g, scales) in scales.chunks_exact(bs).enumerate() {
-                for s0 in (0..bs).step_by(LANES) {
-                    // SAFETY: our caller vouches for `L`'s features.
-                    let scale = unsafe {
-                        L::widen16(scales[s0..s0 + LANES].try_into().expect("16 scales"))
-                    };
-                    for dim in g * Q8_GROUP..(g + 1) * Q8_GROUP {
-                        let at = dim * bs + s0;
-                        // SAFETY: `at + 16 <= bs * head_dim`, the quants' length.
-                        let wide =
-                            unsafe { dequantize16::<L>(quants[at..].as_ptr(), scale.as_ptr()) };
-                        dst[at..at + LANES].copy_from_slice(&wide);
+            // Quad by quad (`[head_dim / 4][slot][4]`), each int8 times its slot's scale for
+            // the dimension's group.
+            for (quad, quads) in quants.chunks_exact(4 * bs).enumerate() {
+                let dim = 4 * quad;
+                let scales = &scales[dim / Q8_GROUP * bs..][..bs];
+                for (slot, (four, &scale)) in quads.chunks_exact(4).zip(scales).enumerate() {
+                    let scale = f16_to_f32(scale);
+                    for (i, &q) in four.iter().enumerate() {
+                        dst[(dim + i) * bs + slot] = q as f32 * scale;
                     }
                 }
             }

@@ -29,6 +29,7 @@ pub mod attention;
 mod attention_bf16;
 #[cfg(target_arch = "x86_64")]
 mod attention_bf16_native;
+mod attention_q8;
 mod attention_tiles;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
