@@ -422,7 +422,7 @@ unsafe fn attend<L: Lanes, Q, O>(
             // Read in place as half floats.
             let halves = keys.map(|k| match k {
                 KvBlock::F16(h) => h,
-                KvBlock::Q8_0 { .. } => &[],
+                KvBlock::Q8_0 { .. } => unreachable!("q8_0 keys are scored above"),
             });
             // Every (row, head) reading the blocks, taken as many at a time as registers
             // allow: each key vector serves them all.
