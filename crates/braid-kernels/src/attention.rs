@@ -19,7 +19,8 @@
 //! each loaded vector feeds many multiply-adds: scores take up to 6 queries against 2 blocks of
 //! keys at once (a prompt tile), or 1 to 3 queries against 4 blocks (a decoding row,
 //! whose few chains would otherwise wait on each other); the value pass takes up to 6 (row,
-//! head) pairs that read the same keys of a block. The order of every sum is that of a lone
+//! head) pairs that read the same keys of a block, or for a prompt's rows of a run of up to
+//! [`VALUE_RUN`] blocks that they all see whole. The order of every sum is that of a lone
 //! row, so the grouping changes the speed and never the bits. q8_0 keys are scored apart, by
 //! int8 dot products with the query rounded to q8_0 ([`attention_q8`]), except a prompt's
 //! bf16 rows', which widen them. A long prompt's attention ran at
@@ -118,6 +119,14 @@ pub struct Scratch {
 /// and read from there by all of them, instead of widened by each: a prompt tile's 64 rows
 /// would otherwise widen every block 64 times per head.
 const WIDEN_ONCE_READERS: usize = 4;
+
+/// Blocks of values a prompt's value pass takes at once where every row sees them whole, each
+/// (row, head)'s sums held in registers across them: one block at a time, loading and storing
+/// the sums around every 8 slot pairs, a prompt's attention took 1.05–1.09× as long at 2,048
+/// to 8,192 tokens (`cargo bench -p braid-kernels --bench attention`, AMD EPYC Zen 4). Eight
+/// blocks' value pairs (16 KB for heads of 64) stay in the first-level cache while the task's
+/// readers go through them; four or sixteen were no faster.
+const VALUE_RUN: usize = 8;
 
 /// Merges one (row, head)'s partials (`parts` entries of [`partial_len`] floats, in partition
 /// order) into its attention output `out`: each partition's sums are rescaled to the row's
@@ -282,6 +291,8 @@ unsafe fn attend<L: Lanes, Q, O>(
         id.map(|&n| pool.block(task.layer, n, task.kv_head))
     };
     let bf16 = task.bf16;
+    // Whether every row of the task sees all of block `b` (and so sums over all its slots).
+    let seen_whole = |b: usize| (b + 1) * bs <= task.start + 1 && row_lo(task.rows - 1) <= b * bs;
     // q8_0 keys of rows scored in f32: int8 dot products with the queries rounded to q8_0.
     let q8 = pool.dtype() == KvDtype::Q8_0 && !bf16;
     if q8 {
@@ -506,26 +517,58 @@ unsafe fn attend<L: Lanes, Q, O>(
                 partial[..2].copy_from_slice(&[max, sum]);
             }
         }
-        for b in blocks.clone() {
-            let (_, values) = pool.block(task.layer, task.block_table[b], task.kv_head);
-            let ahead = to_prefetch(b, 1, blocks.start).take_while(|&a| a < blocks.end);
-            for (_, values) in ahead.filter_map(block_at) {
-                prefetch(values, Cache::L1);
-            }
-            // The next partition's keys, which its scores read next.
-            if p + 1 < parts.end {
-                if let Some((keys, _)) = block_at(b + PART_BLOCKS) {
-                    prefetch(keys, Cache::L2);
+        let mut b = blocks.start;
+        while b < blocks.end {
+            // A prompt's value pass takes a run of blocks that every row sees whole at once:
+            // each (row, head)'s sums then stay in registers across the run instead of going
+            // through memory after every block.
+            let run = match bf16 {
+                true => (b..blocks.end)
+                    .take_while(|&c| seen_whole(c))
+                    .count()
+                    .clamp(1, VALUE_RUN),
+                false => 1,
+            };
+            let whole = bf16 && seen_whole(b);
+            if bf16 {
+                s.wide.resize(run * bs * d, 0.0);
+                if native {
+                    s.pairs.resize(run * bs * d / 2, 0);
                 }
             }
-            assert_eq!(
-                values.values(),
-                bs * d,
-                "a block holds block_size × head_dim values"
-            );
+            for (i, c) in (b..b + run).enumerate() {
+                let (_, values) = pool.block(task.layer, task.block_table[c], task.kv_head);
+                let ahead = to_prefetch(c, 1, blocks.start).take_while(|&a| a < blocks.end);
+                for (_, values) in ahead.filter_map(block_at) {
+                    prefetch(values, Cache::L1);
+                }
+                // The next partition's keys, which its scores read next.
+                if p + 1 < parts.end {
+                    if let Some((keys, _)) = block_at(c + PART_BLOCKS) {
+                        prefetch(keys, Cache::L2);
+                    }
+                }
+                assert_eq!(
+                    values.values(),
+                    bs * d,
+                    "a block holds block_size × head_dim values"
+                );
+                if bf16 {
+                    let written = (last_pos + 1).saturating_sub(c * bs);
+                    let wide = &mut s.wide[i * bs * d..][..bs * d];
+                    // SAFETY: our caller vouches for `L`'s features.
+                    unsafe { widen_values::<L>(values, wide) };
+                    let pairs = match native {
+                        true => &mut s.pairs[i * bs * d / 2..][..bs * d / 2],
+                        false => &mut [][..],
+                    };
+                    attention_bf16::round_values(wide, d, written, native, pairs);
+                }
+            }
+            let (_, values) = pool.block(task.layer, task.block_table[b], task.kv_head);
             let at = (b - p * PART_BLOCKS) * bs;
             let rows = first_row(b)..end_row(b);
-            let wide = rows.len() * g >= WIDEN_ONCE_READERS || bf16;
+            let wide = rows.len() * g >= WIDEN_ONCE_READERS && !bf16;
             if wide {
                 s.wide.resize(bs * d, 0.0);
                 // SAFETY: our caller vouches for `L`'s features.
@@ -536,13 +579,13 @@ unsafe fn attend<L: Lanes, Q, O>(
                 (skip, visible(b, row) - skip)
             };
             if bf16 {
-                let written = (last_pos + 1).saturating_sub(b * bs);
-                let wide = &mut s.wide[..bs * d];
-                attention_bf16::round_values(wide, d, written, native, &mut s.pairs);
                 // Consecutive rows that sum over the same slot pairs go in one call.
-                let pairs_of = |row: usize| {
-                    let (skip, n) = span(row);
-                    attention_bf16::slot_pairs(skip, n)
+                let pairs_of = |row: usize| match whole {
+                    true => 0..run * bs / 2,
+                    false => {
+                        let (skip, n) = span(row);
+                        attention_bf16::slot_pairs(skip, n)
+                    }
                 };
                 let mut row = rows.start;
                 while row < rows.end {
@@ -569,11 +612,12 @@ unsafe fn attend<L: Lanes, Q, O>(
                         (weights, &s.pairs[..])
                     });
                     // SAFETY: the weights of every (row, head) are masked and rounded (and
-                    // paired where `native`) and the block's values rounded (and paired); the
+                    // paired where `native`) and the run's values rounded (and paired); the
                     // caller vouches for `L`'s features, and for AVX-512 BF16 where `native`.
                     unsafe { sums.run_either(&fma, L::ACCUMULATORS, pairs) };
                     row += same;
                 }
+                b += run;
                 continue;
             }
             // Read in place: half floats, or int8 times their scale (widened into
@@ -644,6 +688,7 @@ unsafe fn attend<L: Lanes, Q, O>(
                 }
                 row += same;
             }
+            b += 1;
         }
     }
     for row in 0..task.rows {

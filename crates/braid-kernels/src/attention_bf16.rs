@@ -104,14 +104,14 @@ pub(crate) fn round_keys(wide: &mut [f32], native: bool, pairs: &mut Vec<u32>) {
 /// Rounds a widened value block (`[slot][dim]`, 16 slots), zeroing the slots from `written`
 /// on (positions after the task's last row, which may hold another sequence's stale values:
 /// a weight of zero times a stale infinity would be NaN): for FMAs in place, for the
-/// instruction into `pairs` as `[slot pair][dim]`.
+/// instruction into `pairs` (8 pairs of `d`) as `[slot pair][dim]`.
 #[inline(always)]
 pub(crate) fn round_values(
     wide: &mut [f32],
     d: usize,
     written: usize,
     native: bool,
-    pairs: &mut Vec<u32>,
+    pairs: &mut [u32],
 ) {
     let written = written.min(LANES);
     if !native {
@@ -120,7 +120,6 @@ pub(crate) fn round_values(
         stale.fill(0.0);
         return;
     }
-    pairs.resize(wide.len() / 2, 0);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `native` is only set on CPUs with AVX-512 BF16; a block of 16 slots of `d`.
     unsafe {
@@ -704,8 +703,8 @@ mod tests {
         let values = awkward_floats(LANES * 64, 13);
         for written in [0, 1, 2, 7, 15, 16, 40] {
             let mut portable = values.clone();
-            round_values(&mut portable, 64, written, false, &mut Vec::new());
-            let mut pairs = Vec::new();
+            round_values(&mut portable, 64, written, false, &mut []);
+            let mut pairs = vec![0; LANES / 2 * 64];
             round_values(&mut values.clone(), 64, written, true, &mut pairs);
             let mut want = Vec::new();
             for slots in portable.chunks_exact(2 * 64) {
