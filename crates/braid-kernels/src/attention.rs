@@ -122,7 +122,7 @@ const WIDEN_ONCE_READERS: usize = 4;
 
 /// Blocks of values a prompt's value pass takes at once where every row sees them whole, each
 /// (row, head)'s sums held in registers across them: one block at a time, loading and storing
-/// the sums around every 8 slot pairs, a prompt's attention took 1.05–1.09× as long at 2,048
+/// the sums around every 8 slot pairs, a prompt's attention took 1.04–1.08× as long at 2,048
 /// to 8,192 tokens (`cargo bench -p braid-kernels --bench attention`, AMD EPYC Zen 4). Eight
 /// blocks' value pairs (16 KB for heads of 64) stay in the first-level cache while the task's
 /// readers go through them; four or sixteen were no faster.
