@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A prompt's bf16 softmax weights from a degree-3 power of two instead of the f32 exponential:
 # two builds alternating within each round, `braid bench-engine` prefill of one fresh prompt
-# of 512, 2,048 and 4,096 tokens (the default kernel; decode does not take this path).
-#   docs/benchmarks/2026-12-07-bf16-weights/run.sh BEFORE AFTER [ROUNDS]
+# of 512, 2,048 and 4,096 tokens (the default kernel; decode does not take this path). Later
+# prompt changes are measured with it too, their reports going to OUT_DIR (default: this
+# folder).
+#   docs/benchmarks/2026-12-07-bf16-weights/run.sh BEFORE AFTER [ROUNDS] [OUT_DIR]
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
 before=$1 after=$2 rounds=${3:-3}
-cd "$here/../../.."
+here=$(cd "${4:-$(dirname "$0")}" && pwd)
+cd "$(dirname "$0")/../../.."
 { echo "date: $(date -u +%FT%TZ)"; lscpu | grep -E '^(Model name|CPU family|Model):'
   echo "load at start: $(cat /proc/loadavg)"; } > "$here/machine.txt"
 for r in $(seq 1 "$rounds"); do
