@@ -126,7 +126,10 @@ pub(crate) fn round_values(
         crate::attention_bf16_native::value_pairs(wide, d, written, pairs)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("the instruction is x86's")
+    {
+        let _ = pairs;
+        unreachable!("the instruction is x86's")
+    }
 }
 
 /// The slot pairs a row seeing slots `skip..skip + n` of a block sums over.
